@@ -1,0 +1,82 @@
+"""The Python API the CLI is built on: validate, plan, run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from causalab_core.compiler import compile_document
+from causalab_core.document import LoadedDocument, check_document, load_document
+from causalab_core.errors import EngineError
+from causalab_core.plan import Plan
+from causalab_core.plugins import Registry, registry as default_registry
+from causalab_core.provenance import run_record
+from causalab_core.results import MetricResult, output_files, refuse_existing, score, write_folder
+
+
+def validate(path: str | Path, *, data_root: str | Path | None = None, registry: Registry | None = None) -> LoadedDocument:
+    """Load a document and its rows and check it against the installed plugins."""
+    reg = registry or default_registry()
+    loaded = load_document(path, data_root)
+    check_document(loaded.document, reg)
+    return loaded
+
+
+def plan(path: str | Path, *, data_root: str | Path | None = None, registry: Registry | None = None) -> Plan:
+    """Compile a document into a plan without loading weights."""
+    reg = registry or default_registry()
+    return compile_document(load_document(path, data_root), reg)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What a run produced (and wrote, when ``out`` was given)."""
+
+    plan: Plan
+    metrics: list[MetricResult]
+    run: dict[str, Any]
+    files: dict[str, bytes]
+    out: Path | None
+
+
+def engine_for(name: str, plan: Plan, remote: bool | str, registry: Registry, **options: Any):
+    """The engine instance, refused before any weights load if it cannot run this plan."""
+    cls = registry.get("engine", name, "--engine")
+    needed = set(plan.requires) | ({"remote"} if remote else set())
+    missing = sorted(needed - set(cls.capabilities))
+    if missing:
+        raise EngineError(f"engine {name!r} cannot run this document: it needs {', '.join(missing)}, "
+                          f"which {name!r} does not support")
+    return cls(**options)
+
+
+def run(
+    path: str | Path,
+    *,
+    out: str | Path | None = None,
+    engine: str = "hooks",
+    remote: bool | str = False,
+    batch_size: int | None = None,
+    device_map: str | None = None,
+    data_root: str | Path | None = None,
+    force: bool = False,
+    registry: Registry | None = None,
+    progress: Callable[[Plan], Callable[[str], None] | None] | None = None,
+) -> RunResult:
+    """Compile, execute on ``engine``, score, and (with ``out``) write the output folder."""
+    reg = registry or default_registry()
+    out_path = Path(out) if out is not None else None
+    if out_path is not None:
+        refuse_existing(out_path, force)
+    built = compile_document(load_document(path, data_root), reg)
+    runner = engine_for(engine, built, remote, reg, device_map=device_map)
+    outputs = runner.execute(built, remote=remote, batch_size=batch_size,
+                             progress=progress(built) if progress else None)
+    metrics = score(built, outputs, reg)
+    record = run_record(reg, engine=engine, remote=remote, batch_size=batch_size, plan=built)
+    files = output_files(built, metrics, record)
+    if out_path is not None:
+        write_folder(out_path, files, force)
+    return RunResult(built, metrics, record, files, out_path)

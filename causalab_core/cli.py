@@ -1,0 +1,149 @@
+"""The `causalab` command line: run, validate, plan, plugins, schema, env."""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from causalab_core.errors import CausalabError
+
+app = typer.Typer(
+    name="causalab",
+    help="Causal experiments on the insides of transformer language models.\n\n"
+    "Write an experiment as a JSON document (see documents/README.md), check it with "
+    "`causalab validate`, see what it will do with `causalab plan`, and run it with "
+    "`causalab run DOC --out FOLDER`.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+DocumentArg = Annotated[Path, typer.Argument(help="The experiment document (JSON).", show_default=False)]
+DataRoot = Annotated[Optional[Path], typer.Option(help="Folder that the document's data path is relative to (default: the document's folder).")]
+Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Show the full traceback of an error.")]
+
+
+@contextmanager
+def reported(verbose: bool):
+    """Turn a causalab error into one line on stderr and its exit code."""
+    try:
+        yield
+    except CausalabError as exc:
+        if verbose:
+            err.print(traceback.format_exc(), markup=False)
+        err.print(exc.one_line(), markup=False)
+        raise typer.Exit(exc.exit_code) from None
+
+
+def _progress_bar(progress: Progress) -> Callable:
+    def start(plan) -> Callable[[str], None]:
+        task = progress.add_task("running", total=len(plan.steps()))
+        return lambda path: progress.update(task, advance=1, description=path)
+
+    return start
+
+
+@app.command()
+def run(
+    document: DocumentArg,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder; must not exist or be empty (see --force).")],
+    engine: Annotated[str, typer.Option(help="Engine plugin that runs the plan (see `causalab plugins`).")] = "hooks",
+    batch_size: Annotated[Optional[int], typer.Option(help="Rows per forward pass (default: all rows at once).", min=1)] = None,
+    device_map: Annotated[Optional[str], typer.Option(help="Passed to transformers when loading weights, e.g. cpu, cuda, auto.")] = None,
+    data_root: DataRoot = None,
+    force: Annotated[bool, typer.Option(help="Replace an existing non-empty output folder.")] = False,
+    verbose: Verbose = False,
+) -> None:
+    """Compile a document, run it on an engine, and write the output folder."""
+    from causalab_core import api
+
+    with reported(verbose):
+        with Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            console=err, transient=True, disable=not err.is_terminal,
+        ) as progress:
+            result = api.run(
+                document, out=out, engine=engine, batch_size=batch_size, device_map=device_map,
+                data_root=data_root, force=force, progress=_progress_bar(progress),
+            )
+    for rel in result.files:
+        print(out / rel)
+
+
+@app.command()
+def validate(document: DocumentArg, data_root: DataRoot = None, verbose: Verbose = False) -> None:
+    """Check a document and its data against the schema and the installed plugins (no model needed)."""
+    from causalab_core import api
+
+    with reported(verbose):
+        loaded = api.validate(document, data_root=data_root)
+    points = 1
+    for values in loaded.document.sweep.values():
+        points *= len(values)
+    print(f"{document}: valid ({len(loaded.rows)} rows, {points} point{'s' if points != 1 else ''})")
+
+
+@app.command()
+def plan(
+    document: DocumentArg,
+    data_root: DataRoot = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the whole plan as JSON.")] = False,
+    verbose: Verbose = False,
+) -> None:
+    """Compile a document against a weightless shell of its model and print the plan."""
+    from causalab_core import api
+    from causalab_core.plan.render import render
+
+    with reported(verbose):
+        built = api.plan(document, data_root=data_root)
+    print(json.dumps(built.to_dict(), indent=1) if as_json else render(built))
+
+
+@app.command()
+def plugins(verbose: Verbose = False) -> None:
+    """List every loaded plugin: name, distribution, version, hooks and source digest (JSON)."""
+    from causalab_core.plugins import registry
+
+    with reported(verbose):
+        reg = registry()
+        listing = [
+            {"name": p.name, "distribution": p.distribution, "version": p.version,
+             "hooks": list(p.hooks), "digest": p.digest,
+             "provides": {kind: [n for n in reg.names(kind) if reg.provider(kind, n) is p]
+                          for kind in ("engine", "position", "featurizer", "metric")
+                          if any(reg.provider(kind, n) is p for n in reg.names(kind))}}
+            for p in reg.plugins
+        ]
+    print(json.dumps(listing, indent=2))
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of documents (version 2)."""
+    from causalab_core.document import json_schema
+
+    print(json.dumps(json_schema(), indent=2))
+
+
+@app.command()
+def env() -> None:
+    """Print the watched package versions and causalab digests of this environment (JSON)."""
+    from causalab_core.plugins import registry
+    from causalab_core.provenance import causalab_digests, watched_versions
+
+    print(json.dumps({"python": sys.version.split()[0], "versions": watched_versions(),
+                      "causalab": causalab_digests(registry())}, indent=2))
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,100 @@
+"""The weightless shell: real tokenizer and config, meta-device modules, no weights."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from causalab_core.errors import PlanError
+from causalab_core.plan import ModelRef, Site
+from causalab_core.plugins import Registry
+
+# Child-module names that architectures use for the same part of a block.
+ATTENTION_NAMES = ("self_attn", "attn", "attention", "self_attention")
+MLP_NAMES = ("mlp", "feed_forward", "ffn")
+ATTN_OUT_NAMES = ("o_proj", "c_proj", "out_proj", "dense")
+
+
+def resolve_source(key: str, revision: str | None, registry: Registry) -> Path:
+    """Where the checkpoint for ``key`` is on this machine; never touches the network."""
+    found = registry.model_source(key, revision)
+    if found:
+        return Path(found)
+    local = Path(key).expanduser()
+    if local.is_dir():
+        return local.resolve()
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(key, revision=revision, local_files_only=True))
+    except Exception:
+        at = f" at revision {revision!r}" if revision else ""
+        raise PlanError(
+            f"$.model.key: model {key!r}{at} is not a local directory, not in the local "
+            "Hugging Face cache, and no installed models plugin knows it"
+        ) from None
+
+
+@dataclass(frozen=True)
+class Shell:
+    """A model with meta parameters, plus what the compiler reads off it."""
+
+    source: Path
+    config: Any
+    tokenizer: Any
+    module: Any
+    layers_path: str
+
+    def model_ref(self, key: str, revision: str | None, dtype: str) -> ModelRef:
+        c = self.config
+        heads = c.num_attention_heads
+        return ModelRef(
+            key=key, revision=revision, dtype=dtype, source=str(self.source),
+            architecture=type(self.module).__name__, layers=c.num_hidden_layers,
+            width=c.hidden_size, heads=heads,
+            head_dim=getattr(c, "head_dim", None) or c.hidden_size // heads,
+            vocab=c.vocab_size,
+        )
+
+    def site(self, component: str, layer: int, head: int | None) -> Site:
+        """The module and tensor that a document's site names, at ``layer``."""
+        block = f"{self.layers_path}.{layer}"
+        ref = self.model_ref("", None, "")
+        if component in ("block_input", "block_output"):
+            tensor = "input" if component == "block_input" else "output"
+            return Site(component, layer, block, tensor, ref.width)
+        if component == "attn_output":
+            return Site(component, layer, self._child(block, ATTENTION_NAMES), "output", ref.width)
+        if component == "mlp_output":
+            return Site(component, layer, self._child(block, MLP_NAMES), "output", ref.width)
+        attention = self._child(block, ATTENTION_NAMES)
+        return Site(component, layer, self._child(attention, ATTN_OUT_NAMES), "input",
+                    ref.head_dim, head=head, heads=ref.heads)
+
+    def _child(self, path: str, names: tuple[str, ...]) -> str:
+        module = self.module.get_submodule(path)
+        for name in names:
+            if hasattr(module, name):
+                return f"{path}.{name}"
+        raise PlanError(f"{type(self.module).__name__}: no submodule of {path} is named any of {names}")
+
+
+@functools.lru_cache(maxsize=8)
+def load_shell(source: Path) -> Shell:
+    """Build the shell of the checkpoint at ``source`` (cached per directory)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(source, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
+    with torch.device("meta"):
+        module = AutoModelForCausalLM.from_config(config)
+    layers = [
+        name for name, m in module.named_modules()
+        if isinstance(m, torch.nn.ModuleList) and len(m) == config.num_hidden_layers
+    ]
+    if not layers:
+        raise PlanError(f"{source}: cannot find the list of {config.num_hidden_layers} blocks in {type(module).__name__}")
+    return Shell(source, config, tokenizer, module, layers[0])

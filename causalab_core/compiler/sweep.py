@@ -1,0 +1,51 @@
+"""Sweep expansion: the product of the axes, and each point's concrete document."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+from causalab_core.document.schema import Document
+
+
+def axis_label(value: Any) -> str:
+    """How a sweep value appears in a folder name: ints as themselves, objects compactly."""
+    if isinstance(value, (int, str)):
+        return str(value)
+    text = json.dumps(value, separators=(",", ":"), sort_keys=True)
+    for old, new in (('"', ""), ("{", ""), ("}", ""), (":", "="), (",", ";"), ("/", "_")):
+        text = text.replace(old, new)
+    return text
+
+
+def points(document: Document) -> list[tuple[str, tuple[tuple[str, Any], ...]]]:
+    """(folder name, ((axis, value), ...)) for each point, in axis order."""
+    if not document.sweep:
+        return [("", ())]
+    axes = list(document.sweep)
+    out = []
+    for combo in itertools.product(*(document.sweep[a] for a in axes)):
+        values = tuple(zip(axes, combo))
+        out.append((",".join(f"{a}={axis_label(v)}" for a, v in values), values))
+    return out
+
+
+def substitute(document: Document, values: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
+    """The document as JSON with every ``{"sweep": axis}`` replaced by this point's value."""
+    chosen = dict(values)
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            if set(node) == {"sweep"} and node["sweep"] in chosen:
+                return chosen[node["sweep"]]
+            return {k: walk(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    data = document.model_dump(mode="json")
+    sweep = data.pop("sweep")
+    data = {k: (walk(v) if k in ("reads", "writes") else v) for k, v in data.items()}
+    data["sweep"] = {} if values else sweep
+    return data

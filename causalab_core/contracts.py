@@ -1,0 +1,178 @@
+"""What each kind of plugin component looks like.
+
+These are the shapes the registry hands out; a plugin's class need not inherit
+from them (duck typing is enough), but inheriting documents intent and gives
+the defaults below. The conformance suite in :mod:`causalab_core.testing`
+checks a component against its contract.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    import torch
+
+    from causalab_core.plan import Plan
+
+# Capabilities an engine may declare; a plan lists what it requires.
+CAPABILITIES = frozenset({"remote", "training", "heads"})
+
+
+class NoParams(BaseModel):
+    """A component that takes no parameters."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# -- engines ------------------------------------------------------------------
+
+
+class Engine:
+    """Runs a plan and returns ``{step path: {name: tensor}}``, never plan objects."""
+
+    name: ClassVar[str]
+    capabilities: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self, *, device_map: str | None = None):
+        self.device_map = device_map
+
+    def execute(
+        self,
+        plan: Plan,
+        *,
+        remote: bool | str = False,
+        batch_size: int | None = None,
+        progress: Callable[[str], None] | None = None,
+    ) -> dict[str, dict[str, torch.Tensor]]:
+        """Run every step of ``plan``; call ``progress(step path)`` after each one."""
+        raise NotImplementedError
+
+
+# -- positions ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RowText:
+    """One row's prompt as the compiler tokenized it, for position resolvers."""
+
+    text: str
+    ids: tuple[int, ...]
+    offsets: tuple[tuple[int, int], ...]
+    """Character span of each token in ``text``."""
+    variables: Mapping[str, Any]
+    """The row's other columns (prompt variables such as ``entity``)."""
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A resolver's answer for one row: token indices, or the reason there are none."""
+
+    positions: tuple[int, ...] = ()
+    reason: str | None = None
+
+
+class PositionResolver:
+    """Turns a position spec and one row into token indices (client side, compile time)."""
+
+    name: ClassVar[str]
+
+    def accepts(self, spec: Any) -> bool:
+        """Whether this resolver handles this form of position spec."""
+        raise NotImplementedError
+
+    def check(self, spec: Any) -> None:
+        """Raise ValueError with a short message if an accepted spec is malformed."""
+
+    def resolve(self, spec: Any, row: RowText) -> Resolved:
+        raise NotImplementedError
+
+
+# -- featurizers --------------------------------------------------------------
+
+
+class Featurizer:
+    """``featurize(x) -> (f, err)`` and ``inverse(f, err) -> x``, in float32."""
+
+    name: ClassVar[str]
+    Params: ClassVar[type[BaseModel]] = NoParams
+
+    def __init__(self, params: BaseModel, width: int):
+        self.params = params
+        self.width = width
+
+    def featurize(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        raise NotImplementedError
+
+    def inverse(self, f: torch.Tensor, err: torch.Tensor | None) -> torch.Tensor:
+        raise NotImplementedError
+
+
+# -- metrics ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MetricInputs:
+    """What a metric sees: the answer columns' logits for each row of one run."""
+
+    logits: torch.Tensor
+    """``[rows, len(columns)]`` float32: the next-token logit of each column's token."""
+    logsumexp: torch.Tensor
+    """``[rows]`` float32: log-sum-exp over the whole vocabulary (for probabilities)."""
+    columns: tuple[str, ...]
+    token_ids: Mapping[str, Sequence[int]]
+    """Each column's token id per row."""
+    eligible: Sequence[bool]
+
+    def column(self, name: str) -> torch.Tensor:
+        return self.logits[:, self.columns.index(name)]
+
+
+@dataclass(frozen=True)
+class MetricValues:
+    """Per-row values (None where not eligible) and a summary."""
+
+    rows: list[float | None]
+    summary: dict[str, float | int | None]
+
+
+class Metric:
+    """Scores one run from the answer columns' logits."""
+
+    name: ClassVar[str]
+    Params: ClassVar[type[BaseModel]] = NoParams
+
+    def columns(self, params: BaseModel) -> tuple[str, ...]:
+        """The data columns whose answer tokens this metric reads."""
+        raise NotImplementedError
+
+    def compute(self, params: BaseModel, inputs: MetricInputs) -> MetricValues:
+        raise NotImplementedError
+
+
+def mean_over_eligible(values: Sequence[float], eligible: Sequence[bool]) -> MetricValues:
+    """The usual summary: per-row values masked by eligibility, and their mean."""
+    rows = [float(v) if ok else None for v, ok in zip(values, eligible)]
+    kept = [v for v in rows if v is not None]
+    mean = sum(kept) / len(kept) if kept else None
+    return MetricValues(rows=rows, summary={"mean": mean, "eligible": len(kept), "rows": len(rows)})
+
+
+def swap(featurizer: Featurizer | None, base: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+    """The value a write puts in: the source's features with the base's error term.
+
+    Featurizer math runs in float32 outside any autocast; the result is cast
+    back to the base's dtype.
+    """
+    if featurizer is None:
+        return source.to(base.dtype)
+    import torch
+
+    with torch.autocast(device_type=base.device.type, enabled=False):
+        features, _ = featurizer.featurize(source.float())
+        _, error = featurizer.featurize(base.float())
+        return featurizer.inverse(features, error).to(base.dtype)

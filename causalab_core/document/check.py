@@ -1,0 +1,122 @@
+"""Checks a schema cannot express: references between names, and plugin-provided kinds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from causalab_core.document.load import json_path
+from causalab_core.document.schema import Document, SweepRef
+from causalab_core.errors import DocumentError, PluginError
+from causalab_core.plugins import Registry
+
+
+def _sweep_refs(document: Document) -> list[tuple[str, str]]:
+    """Every (json path, axis) that references a sweep axis."""
+    refs = []
+    for group, specs in (("reads", document.reads), ("writes", document.writes)):
+        for name, spec in specs.items():
+            for field in ("layer", "position", "head"):
+                value = getattr(spec, field)
+                if isinstance(value, SweepRef):
+                    refs.append((f"$.{group}.{name}.{field}", value.sweep))
+    return refs
+
+
+def check_references(document: Document) -> None:
+    inputs = set(document.inputs)
+    if len(inputs) != len(document.inputs):
+        raise DocumentError("$.inputs: an input is listed twice")
+    for name, read in document.reads.items():
+        if read.input not in inputs:
+            raise DocumentError(f"$.reads.{name}.input: {read.input!r} is not one of the inputs {document.inputs}")
+    for name, write in document.writes.items():
+        where = f"$.writes.{name}"
+        if write.input not in inputs:
+            raise DocumentError(f"{where}.input: {write.input!r} is not one of the inputs {document.inputs}")
+        if write.source not in document.reads:
+            raise DocumentError(f"{where}.source: no read named {write.source!r}")
+        if document.reads[write.source].input == write.input:
+            raise DocumentError(f"{where}.source: read {write.source!r} is taken from {write.input!r}, the input this write changes")
+        if write.featurizer is not None and write.featurizer not in document.featurizers:
+            raise DocumentError(f"{where}.featurizer: no featurizer named {write.featurizer!r} under $.featurizers")
+    written = {w.input for w in document.writes.values()}
+    for name, read in document.reads.items():
+        if read.input in written:
+            raise DocumentError(f"$.reads.{name}.input: {read.input!r} is changed by a write; reading an intervened run is not supported")
+    for group, specs in (("reads", document.reads), ("writes", document.writes)):
+        for name, spec in specs.items():
+            if (spec.site == "head") != (spec.head is not None):
+                raise DocumentError(f"$.{group}.{name}.head: `head` is required with site 'head' and only allowed there")
+    for name, metric in document.metrics.items():
+        if metric.input is not None and metric.input not in inputs:
+            raise DocumentError(f"$.metrics.{name}.input: {metric.input!r} is not one of the inputs {document.inputs}")
+    if document.metrics and not document.writes and any(m.input is None for m in document.metrics.values()):
+        name = next(n for n, m in document.metrics.items() if m.input is None)
+        raise DocumentError(f"$.metrics.{name}.input: there are no writes, so say which input to score")
+    targets = {w.input for w in document.writes.values()}
+    if len(targets) > 1 and any(m.input is None for m in document.metrics.values()):
+        name = next(n for n, m in document.metrics.items() if m.input is None)
+        raise DocumentError(f"$.metrics.{name}.input: writes change several inputs {sorted(targets)}; say which to score")
+    used = set()
+    for where, axis in _sweep_refs(document):
+        if axis not in document.sweep:
+            raise DocumentError(f"{where}: no sweep axis named {axis!r} under $.sweep")
+        used.add(axis)
+    for axis in document.sweep:
+        if axis not in used:
+            raise DocumentError(f"$.sweep.{axis}: the axis is not referenced by any read or write")
+
+
+def _check_params(cls: type, spec: Any, where: str, skip: set[str]) -> Any:
+    data = {k: v for k, v in spec.model_dump().items() if k not in skip}
+    try:
+        return cls.Params.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        path = json_path(tuple(err["loc"]), data).removeprefix("$")
+        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        raise DocumentError(f"{where}{path}: {msg}") from None
+
+
+def check_plugins(document: Document, registry: Registry) -> None:
+    """Every kind a document names is installed, and its parameters are valid."""
+    try:
+        for name, metric in document.metrics.items():
+            cls = registry.get("metric", metric.kind, f"$.metrics.{name}.kind")
+            _check_params(cls, metric, f"$.metrics.{name}", {"kind", "input"})
+        for name, feat in document.featurizers.items():
+            cls = registry.get("featurizer", feat.kind, f"$.featurizers.{name}.kind")
+            _check_params(cls, feat, f"$.featurizers.{name}", {"kind"})
+        resolvers = [cls() for cls in registry.components("position").values()]
+        for group, specs in (("reads", document.reads), ("writes", document.writes)):
+            for name, spec in specs.items():
+                values = [spec.position]
+                if isinstance(spec.position, SweepRef):
+                    values = document.sweep.get(spec.position.sweep, [])
+                for value in values:
+                    check_position(value, resolvers, registry, f"$.{group}.{name}.position")
+    except PluginError as exc:
+        raise DocumentError(str(exc)) from None
+
+
+def check_position(value: Any, resolvers: list, registry: Registry, where: str) -> None:
+    for resolver in resolvers:
+        if resolver.accepts(value):
+            try:
+                resolver.check(value)
+            except ValueError as exc:
+                raise DocumentError(f"{where}: {exc}") from None
+            return
+    if isinstance(value, int) and not registry.names("position"):
+        registry.get("position", "index", where)
+    raise DocumentError(
+        f"{where}: no installed position resolver accepts {value!r} "
+        f"(installed: {', '.join(registry.names('position')) or 'none'})"
+    )
+
+
+def check_document(document: Document, registry: Registry) -> None:
+    check_references(document)
+    check_plugins(document, registry)

@@ -1,0 +1,157 @@
+"""The experiment document, version 2: a pydantic schema of plain JSON.
+
+Names (inputs, reads, writes, metrics, featurizers, sweep axes) are chosen by
+the author and referenced by name; component kinds (metric ``kind``, position
+forms, featurizer ``kind``) are supplied by plugins and checked against the
+installed registry in :mod:`causalab_core.document.check`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    WithJsonSchema,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_\-]*$"
+Name = Annotated[str, Field(pattern=NAME_PATTERN)]
+
+SITES = ("block_input", "block_output", "attn_output", "mlp_output", "head")
+"""Where in a layer a read or write lands. ``head`` needs ``head`` set (one attention head's output, before the output projection)."""
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class SweepRef(Frozen):
+    """A value taken from the named sweep axis, one point at a time."""
+
+    sweep: Name
+
+
+def _sweepable(kind: str, check, schema: dict[str, Any]):
+    """A field that holds a value of ``kind`` or a ``{"sweep": axis}`` reference."""
+
+    def validate(value: Any) -> Any:
+        if isinstance(value, SweepRef):
+            return value
+        if isinstance(value, dict) and set(value) == {"sweep"}:
+            return SweepRef.model_validate(value)
+        if check(value):
+            return value
+        raise PydanticCustomError(
+            "sweepable", "expected {kind} or {{\"sweep\": \"<axis>\"}}, got {got}",
+            {"kind": kind, "got": repr(value)},
+        )
+
+    ref = {"type": "object", "properties": {"sweep": {"type": "string"}}, "required": ["sweep"],
+           "additionalProperties": False}
+    return Annotated[Any, PlainValidator(validate), WithJsonSchema({"anyOf": [schema, ref]})]
+
+
+def _is_index(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_position(value: Any) -> bool:
+    return (isinstance(value, int) and not isinstance(value, bool)) or isinstance(value, dict)
+
+
+Layer = _sweepable("a layer number (0 or more)", _is_index, {"type": "integer", "minimum": 0})
+Head = _sweepable("a head number (0 or more)", _is_index, {"type": "integer", "minimum": 0})
+Position = _sweepable(
+    "a position (an integer, negative counts from the end, or an object a position plugin accepts)",
+    _is_position,
+    {"anyOf": [{"type": "integer"}, {"type": "object"}]},
+)
+
+
+class ModelSpec(Frozen):
+    """Which checkpoint to run, and at which dtype."""
+
+    key: str = Field(min_length=1, description="A model key: a local directory, a Hugging Face id in the local cache, or a key a models plugin knows.")
+    revision: str | None = Field(None, description="Pinned revision (commit or checkpoint digest); checked where the source reports one.")
+    dtype: Literal["float32", "float16", "bfloat16"] = "float32"
+
+
+class DataSpec(Frozen):
+    """Rows inline, or a JSONL file (one JSON object per line)."""
+
+    rows: list[dict[str, Any]] | None = Field(None, description="Inline rows: each maps column names to values.")
+    path: str | None = Field(None, description="A JSONL file, relative to --data-root or else to the document's folder.")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> DataSpec:
+        if (self.rows is None) == (self.path is None):
+            raise PydanticCustomError("data", "give exactly one of `rows` or `path`")
+        return self
+
+
+class ReadSpec(Frozen):
+    """Record an activation of one input's run, at a layer, site and position."""
+
+    input: Name = Field(description="Which input (prompt column) the activation comes from.")
+    layer: Layer
+    site: Literal[SITES] = "block_output"
+    position: Position
+    head: Head | None = Field(None, description="Attention head, for site `head` only.")
+
+
+class WriteSpec(Frozen):
+    """Swap a read's value into another input's run, at a layer, site and position."""
+
+    input: Name = Field(description="Which input's run is intervened on.")
+    source: Name = Field(description="The read whose value is written.")
+    layer: Layer
+    site: Literal[SITES] = "block_output"
+    position: Position
+    head: Head | None = None
+    featurizer: Name | None = Field(None, description="A featurizer declared under `featurizers`; none swaps the whole vector.")
+
+
+class FeaturizerSpec(BaseModel):
+    """A featurizer of a plugin-provided `kind`; its other keys are that kind's parameters."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+    kind: Name
+
+
+class MetricSpec(BaseModel):
+    """A metric of a plugin-provided `kind`; its other keys are that kind's parameters."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+    kind: Name
+    input: Name | None = Field(None, description="Whose run is scored; by default the input the writes intervene on.")
+
+
+class Document(Frozen):
+    """An interchange-intervention experiment."""
+
+    version: Literal["2"]
+    name: str | None = None
+    description: str | None = None
+    model: ModelSpec
+    data: DataSpec
+    inputs: list[Name] = Field(["base", "counterfactual"], min_length=1, description="Prompt columns; each is run through the model.")
+    reads: dict[Name, ReadSpec] = {}
+    writes: dict[Name, WriteSpec] = {}
+    featurizers: dict[Name, FeaturizerSpec] = {}
+    metrics: dict[Name, MetricSpec] = {}
+    sweep: dict[Name, Annotated[list[Any], Field(min_length=1)]] = Field(
+        {}, description="Axes: each maps to the values its `{\"sweep\": axis}` references take; points are the product, in axis order."
+    )
+
+
+def json_schema() -> dict[str, Any]:
+    schema = Document.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "causalab document (version 2)"
+    return schema

@@ -1,0 +1,77 @@
+"""Every hook a causalab plugin can implement.
+
+Each hook is called with keyword arguments only, so an implementation may accept
+fewer arguments than its spec (and a spec can grow without breaking plugins).
+The ``causalab_*`` registration hooks return lists of classes; each class carries
+a unique ``name`` (a duplicate name is an error naming both distributions).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from causalab_core.plugins import hookspec
+
+# -- components ---------------------------------------------------------------
+
+
+@hookspec
+def causalab_engines() -> list[type]:
+    """Return engine classes (see :class:`causalab_core.contracts.Engine`).
+
+    Called once when the registry is built. An engine runs a compiled plan and
+    returns ``{step path: {name: tensor}}``; it declares ``capabilities`` so that a
+    plan it cannot run is refused before any weights load.
+    """
+
+
+@hookspec
+def causalab_position_resolvers() -> list[type]:
+    """Return position resolver classes (see :class:`causalab_core.contracts.PositionResolver`).
+
+    Resolvers run on the client, at compile time only: each turns a position spec
+    and one row's tokens into a window of token indices, or a reason code.
+    """
+
+
+@hookspec
+def causalab_featurizers() -> list[type]:
+    """Return featurizer classes (see :class:`causalab_core.contracts.Featurizer`).
+
+    A featurizer maps a site's activation ``x`` to ``(features, error)`` and back;
+    a swap write exchanges selected features and keeps the base's error term.
+    """
+
+
+@hookspec
+def causalab_metrics() -> list[type]:
+    """Return metric classes (see :class:`causalab_core.contracts.Metric`).
+
+    A metric names the answer columns it needs (tokenized at compile time) and
+    computes per-row values and a summary from the logits an engine returned.
+    """
+
+
+# -- models -------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def causalab_model_source(key: str, revision: str | None) -> Any:
+    """Return a local directory (str or Path) holding the checkpoint for ``key``, or None.
+
+    Called at compile time and again by in-process engines before loading
+    weights. The first non-None answer wins; when every plugin answers None the
+    key is taken as a local directory or a Hugging Face cache id (offline).
+    """
+
+
+# -- provenance ---------------------------------------------------------------
+
+
+@hookspec
+def causalab_provenance(engine: str, remote: bool, plan: Any) -> dict[str, Any] | None:
+    """Return extra top-level fields for ``run.json``, or None.
+
+    Called after the engine returned, on the client. A remote engine's plugin
+    adds what it learned about the server here (e.g. ``server``, ``served_dtype``).
+    """

@@ -1,0 +1,21 @@
+"""The plan IR (plain data) and the error for documents that cannot be planned."""
+
+from causalab_core.errors import PlanError
+from causalab_core.plan.ir import (
+    FeaturizerRef,
+    MetricPlan,
+    ModelRef,
+    Plan,
+    Point,
+    PositionRecord,
+    Read,
+    Run,
+    Scoring,
+    Site,
+    Write,
+)
+
+__all__ = [
+    "FeaturizerRef", "MetricPlan", "ModelRef", "Plan", "PlanError", "Point",
+    "PositionRecord", "Read", "Run", "Scoring", "Site", "Write",
+]

@@ -1,0 +1,165 @@
+"""The plan: what an engine runs, as frozen plain data.
+
+A plan holds only strings, integers, floats, booleans, tuples and dicts of
+them, so it pickles, prints and diffs. Token positions are absolute indices
+into a row's unpadded token sequence; engines add their own padding offsets.
+
+There is one step kind, ``Run``: a forward pass of one input over every row,
+with reads (record activations), writes (swap recorded activations in) and an
+optional scoring (the next-token logits of the answer columns). Plugins extend
+what fills a step (sites, featurizer kinds, metric kinds), not the set of steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Rows = tuple  # a tuple with one entry per data row
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """The checkpoint and the shape facts the compiler read from its shell."""
+
+    key: str
+    revision: str | None
+    dtype: str
+    source: str
+    """Local directory the checkpoint was found in, on the compiling machine."""
+    architecture: str
+    layers: int
+    width: int
+    heads: int
+    head_dim: int
+    vocab: int
+
+
+@dataclass(frozen=True)
+class Site:
+    """A place in the model: a module, and which of its tensors is read or written."""
+
+    component: str
+    """One of the document's sites: block_input, block_output, attn_output, mlp_output, head."""
+    layer: int
+    module: str
+    """Dotted path of the hooked module in the transformers model."""
+    tensor: Literal["input", "output"]
+    """The module's first positional input, or its output (first element if a tuple)."""
+    width: int
+    """Size of the last dimension read or written (head_dim for a head)."""
+    head: int | None = None
+    heads: int | None = None
+    """For a head site: how many heads the tensor's last dimension splits into."""
+
+
+@dataclass(frozen=True)
+class Read:
+    """Record the activation at ``site`` on each row's window."""
+
+    name: str
+    site: Site
+    windows: Rows
+    """Per row: a tuple of absolute token indices (empty where not eligible)."""
+
+
+@dataclass(frozen=True)
+class FeaturizerRef:
+    """A featurizer a write goes through: the plugin kind and its parameters."""
+
+    name: str
+    kind: str
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Write:
+    """Put the value of read ``source`` into this run at ``site`` on each row's window."""
+
+    name: str
+    source: str
+    site: Site
+    windows: Rows
+    featurizer: FeaturizerRef | None = None
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """Which next-token logits to bring back from a run (at each row's last token)."""
+
+    columns: tuple[str, ...]
+    token_ids: Rows
+    """Per row: one token id per column."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One forward pass of ``input`` over every row."""
+
+    path: str
+    """Unique step path, e.g. ``layers=0,pos=-4/base``; the key of its results."""
+    input: str
+    reads: tuple[Read, ...] = ()
+    writes: tuple[Write, ...] = ()
+    scoring: Scoring | None = None
+    kind: Literal["run"] = "run"
+
+
+@dataclass(frozen=True)
+class PositionRecord:
+    """How one read's or write's position resolved on each row."""
+
+    name: str
+    role: Literal["read", "write"]
+    input: str
+    windows: Rows
+    tokens: Rows
+    """Per row: the decoded tokens of the window."""
+    reasons: Rows
+    """Per row: None, or why the position did not resolve (a reason code)."""
+
+
+@dataclass(frozen=True)
+class MetricPlan:
+    """A metric to compute from one run's scoring."""
+
+    name: str
+    kind: str
+    step: str
+    """Path of the run whose scoring it reads."""
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Point:
+    """One sweep point (or the whole document when there is no sweep)."""
+
+    name: str
+    """Folder name such as ``layers=0,pos=-4``; empty without a sweep."""
+    values: tuple[tuple[str, Any], ...]
+    steps: tuple[Run, ...]
+    metrics: tuple[MetricPlan, ...]
+    positions: tuple[PositionRecord, ...]
+    eligible: Rows
+    document: dict[str, Any]
+    """This point's document: sweep references replaced by their values."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything an engine needs, and everything the client needs to fill results in."""
+
+    model: ModelRef
+    rows: int
+    prompts: dict[str, Rows]
+    """Per input: per row, the token ids of the prompt."""
+    points: tuple[Point, ...]
+    requires: tuple[str, ...] = ()
+    """Engine capabilities this plan needs (e.g. ``heads``)."""
+    document: dict[str, Any] = field(default_factory=dict)
+
+    def steps(self) -> list[Run]:
+        return [step for point in self.points for step in point.steps]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

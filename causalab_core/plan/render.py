@@ -1,0 +1,48 @@
+"""A plan as readable text (``causalab plan``); ``--json`` prints the full data instead."""
+
+from __future__ import annotations
+
+from causalab_core.plan.ir import Plan, PositionRecord, Site
+
+
+def _site(site: Site) -> str:
+    head = f" head {site.head}" if site.head is not None else ""
+    return f"{site.component} L{site.layer}{head} ({site.module} {site.tensor}, width {site.width})"
+
+
+def _windows(rec: PositionRecord, show: int = 3) -> str:
+    parts = []
+    for i, (w, t, r) in enumerate(zip(rec.windows, rec.tokens, rec.reasons)):
+        if i == show:
+            parts.append(f"... {len(rec.windows) - show} more")
+            break
+        parts.append(f"row {i}: {r}" if r else f"row {i}: {list(w)} {list(t)!r}")
+    return "; ".join(parts)
+
+
+def render(plan: Plan) -> str:
+    m = plan.model
+    lines = [
+        f"model  {m.key} (revision {m.revision or 'unpinned'}, {m.dtype}) from {m.source}",
+        f"       {m.architecture}: {m.layers} layers, width {m.width}, {m.heads} heads of {m.head_dim}, vocab {m.vocab}",
+        f"rows   {plan.rows}; inputs {', '.join(f'{k} ({max(len(p) for p in v)} tokens max)' for k, v in plan.prompts.items())}",
+        f"points {len(plan.points)}; steps {len(plan.steps())}" + (f"; requires {', '.join(plan.requires)}" if plan.requires else ""),
+    ]
+    for point in plan.points:
+        lines.append("")
+        lines.append(f"[{point.name or 'document'}]  eligible {sum(point.eligible)}/{len(point.eligible)}")
+        records = {r.name: r for r in point.positions}
+        for step in point.steps:
+            lines.append(f"  run {step.path}")
+            for read in step.reads:
+                lines.append(f"    read  {read.name} @ {_site(read.site)}")
+                lines.append(f"          {_windows(records[read.name])}")
+            for write in step.writes:
+                via = f" via {write.featurizer.name} ({write.featurizer.kind})" if write.featurizer else ""
+                lines.append(f"    write {write.name} <- {write.source}{via} @ {_site(write.site)}")
+                lines.append(f"          {_windows(records[write.name])}")
+            if step.scoring:
+                lines.append(f"    score next-token logits of {', '.join(step.scoring.columns)}")
+        for metric in point.metrics:
+            lines.append(f"  metric {metric.name} ({metric.kind}) on {metric.step}")
+    return "\n".join(lines)

@@ -1,0 +1,214 @@
+"""The plugin manager: markers, entry-point loading, the registry of named components.
+
+Built-in and third-party plugins load the same way: from the ``causalab``
+entry-point group. Core itself contributes one default plugin (the test model
+builders in :mod:`causalab_core.testing.plugin`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pluggy
+
+from causalab_core.errors import PluginError
+
+PROJECT = "causalab"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+DEFAULT_PLUGINS = ("causalab_core.testing.plugin",)
+
+# Which kind each registration hook provides.
+KIND_HOOKS = {
+    "engine": "causalab_engines",
+    "position": "causalab_position_resolvers",
+    "featurizer": "causalab_featurizers",
+    "metric": "causalab_metrics",
+}
+
+# Names shipped by this project's own plugins, so that a document needing one
+# that is not installed is told which distribution to install.
+KNOWN_PROVIDERS = {
+    ("engine", "hooks"): "causalab-hooks",
+    ("engine", "nnterp"): "causalab-nnterp",
+    ("engine", "ndif"): "causalab-ndif",
+    ("metric", "iia"): "causalab-metrics",
+    ("metric", "logit_diff"): "causalab-metrics",
+    ("metric", "p_answer"): "causalab-metrics",
+    ("position", "index"): "causalab-positions",
+    ("featurizer", "identity"): "causalab-featurizers",
+    ("featurizer", "das"): "causalab-featurizers",
+}
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """One loaded plugin, as `causalab plugins` lists it."""
+
+    name: str
+    distribution: str
+    version: str
+    hooks: tuple[str, ...]
+    digest: str
+    module: ModuleType
+
+
+def source_digest(package_dir: Path) -> str:
+    """sha256 over every .py file under a package directory (relative path + bytes)."""
+    h = hashlib.sha256()
+    for path in sorted(package_dir.rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        h.update(path.relative_to(package_dir).as_posix().encode() + b"\0")
+        h.update(path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def package_dir(module: ModuleType) -> Path:
+    """The directory of the top-level package a module belongs to."""
+    top = sys.modules[module.__name__.split(".")[0]]
+    return Path(top.__file__).parent
+
+
+class Registry:
+    """Loaded plugins and the named components they provide, by kind."""
+
+    def __init__(self, pm: pluggy.PluginManager, plugins: list[PluginInfo]):
+        self.pm = pm
+        self.plugins = plugins
+        self._components: dict[str, dict[str, tuple[type, PluginInfo]]] = {}
+        by_module = {p.module: p for p in plugins}
+        for kind, hook_name in KIND_HOOKS.items():
+            found: dict[str, tuple[type, PluginInfo]] = {}
+            for impl in getattr(pm.hook, hook_name).get_hookimpls():
+                owner = by_module[impl.plugin]
+                for cls in impl.function() or ():
+                    name = getattr(cls, "name", None)
+                    if not isinstance(name, str) or not name:
+                        raise PluginError(
+                            f"{kind} class {cls.__qualname__} from {owner.distribution} has no `name`"
+                        )
+                    if name in found:
+                        other = found[name][1].distribution
+                        raise PluginError(
+                            f"{kind} name {name!r} is provided twice: by {other} and by {owner.distribution}"
+                        )
+                    found[name] = (cls, owner)
+            self._components[kind] = found
+
+    def names(self, kind: str) -> list[str]:
+        return sorted(self._components[kind])
+
+    def get(self, kind: str, name: str, where: str = "") -> type:
+        """The class registered under ``name``, or a one-line error saying what to install."""
+        try:
+            return self._components[kind][name][0]
+        except KeyError:
+            pass
+        at = f" at {where}" if where else ""
+        dist = KNOWN_PROVIDERS.get((kind, name))
+        if dist:
+            raise PluginError(
+                f"{kind} {name!r}{at} needs the plugin distribution {dist}, which is not installed "
+                f"(pip install {dist})"
+            )
+        known = ", ".join(self.names(kind)) or "none"
+        raise PluginError(f"unknown {kind} {name!r}{at}; installed: {known}")
+
+    def provider(self, kind: str, name: str) -> PluginInfo:
+        return self._components[kind][name][1]
+
+    def components(self, kind: str) -> dict[str, type]:
+        return {name: cls for name, (cls, _) in sorted(self._components[kind].items())}
+
+    def model_source(self, key: str, revision: str | None) -> Any:
+        return self.pm.hook.causalab_model_source(key=key, revision=revision)
+
+    def combined_digest(self) -> str:
+        """One sha256 over core's and every loaded plugin's name, version and digest."""
+        lines = sorted(f"{p.distribution} {p.version} {p.digest}" for p in self.distributions())
+        return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+    def distributions(self) -> list[PluginInfo]:
+        """Core and each loaded plugin's distribution, once each."""
+        seen: dict[str, PluginInfo] = {}
+        seen["causalab-core"] = core_info()
+        for p in self.plugins:
+            seen.setdefault(p.distribution, p)
+        return [seen[k] for k in sorted(seen)]
+
+
+def core_info() -> PluginInfo:
+    import causalab_core
+
+    return PluginInfo(
+        name="core",
+        distribution="causalab-core",
+        version=_version("causalab-core"),
+        hooks=(),
+        digest=source_digest(package_dir(causalab_core)),
+        module=causalab_core,
+    )
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def new_plugin_manager() -> pluggy.PluginManager:
+    from causalab_core import hookspecs
+
+    pm = pluggy.PluginManager(PROJECT)
+    pm.add_hookspecs(hookspecs)
+    return pm
+
+
+def build_registry(extra: tuple[Any, ...] = (), blocked: tuple[str, ...] = ()) -> Registry:
+    """Load default plugins, entry-point plugins and ``extra`` plugin objects."""
+    pm = new_plugin_manager()
+    for name in blocked:
+        pm.set_blocked(name)
+    infos: list[PluginInfo] = []
+    for module_name in DEFAULT_PLUGINS:
+        module = importlib.import_module(module_name)
+        pm.register(module, name=module_name)
+        infos.append(_info(pm, module_name, module, "causalab-core"))
+    pm.load_setuptools_entrypoints(PROJECT)
+    for plugin, dist in pm.list_plugin_distinfo():
+        name = pm.get_name(plugin)
+        infos.append(_info(pm, name, plugin, dist.metadata["name"]))
+    for i, plugin in enumerate(extra):
+        name = getattr(plugin, "__name__", f"extra-{i}")
+        pm.register(plugin, name=name)
+        infos.append(_info(pm, name, plugin, getattr(plugin, "DISTRIBUTION", name)))
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        raise PluginError(str(exc)) from None
+    return Registry(pm, infos)
+
+
+def _info(pm: pluggy.PluginManager, name: str, plugin: Any, dist: str) -> PluginInfo:
+    hooks = tuple(sorted(h.name for h in pm.get_hookcallers(plugin) or ()))
+    if isinstance(plugin, ModuleType) and getattr(plugin, "__file__", None):
+        digest = source_digest(package_dir(plugin))
+    else:
+        digest = "unknown"
+    return PluginInfo(name, dist, _version(dist), hooks, digest, plugin)
+
+
+@functools.cache
+def registry() -> Registry:
+    """The process-wide registry, built on first use."""
+    return build_registry()

@@ -1,0 +1,145 @@
+"""Fill the plan the client kept with what an engine returned, score it, write the folder."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from causalab_core.contracts import MetricInputs
+from causalab_core.errors import EngineError, OutputError
+from causalab_core.plan import Plan, Point
+from causalab_core.plugins import Registry
+
+
+@dataclass(frozen=True)
+class MetricResult:
+    """One metric at one point: what goes in ``<metric>.json``."""
+
+    point: Point
+    name: str
+    content: dict[str, Any]
+
+
+def _number(x: Any) -> Any:
+    """Fixed float formatting: 9 significant digits (exact for float32), no NaN in JSON."""
+    if isinstance(x, float):
+        return None if math.isnan(x) or math.isinf(x) else float(format(x, ".9g"))
+    if isinstance(x, dict):
+        return {k: _number(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_number(v) for v in x]
+    return x
+
+
+def positions_record(point: Point) -> dict[str, Any]:
+    return {
+        rec.name: {
+            "role": rec.role,
+            "input": rec.input,
+            "rows": [
+                {"window": list(w), "tokens": list(t), "reason": r}
+                for w, t, r in zip(rec.windows, rec.tokens, rec.reasons)
+            ],
+        }
+        for rec in point.positions
+    }
+
+
+def score(plan: Plan, outputs: dict[str, dict[str, Any]], registry: Registry) -> list[MetricResult]:
+    """Compute every metric of every point from the engine's flat outputs."""
+    results = []
+    for point in plan.points:
+        steps = {s.path: s for s in point.steps}
+        for metric in point.metrics:
+            step = steps[metric.step]
+            got = outputs.get(metric.step, {})
+            if "answer_logits" not in got or "logsumexp" not in got:
+                raise EngineError(f"the engine returned no scores for step {metric.step!r}")
+            cols = step.scoring.columns
+            inputs = MetricInputs(
+                logits=got["answer_logits"].float(),
+                logsumexp=got["logsumexp"].float(),
+                columns=cols,
+                token_ids={c: [ids[i] for ids in step.scoring.token_ids] for i, c in enumerate(cols)},
+                eligible=point.eligible,
+            )
+            cls = registry.get("metric", metric.kind)
+            values = cls().compute(cls.Params.model_validate(metric.params), inputs)
+            content = {
+                "metric": metric.name,
+                "kind": metric.kind,
+                "point": dict(point.values),
+                "summary": _number(values.summary),
+                "values": _number(values.rows),
+                "eligible": list(point.eligible),
+                "positions": positions_record(point),
+            }
+            results.append(MetricResult(point, metric.name, content))
+    return results
+
+
+def _render(obj: Any, indent: int) -> str:
+    """JSON with short containers on one line and longer ones one item per line."""
+    flat = json.dumps(obj, ensure_ascii=False, allow_nan=False)
+    if not isinstance(obj, (dict, list)) or len(flat) + indent <= 100 or not obj:
+        return flat
+    pad = " " * (indent + 1)
+    if isinstance(obj, dict):
+        items = [f"{pad}{json.dumps(k, ensure_ascii=False)}: {_render(v, indent + 1)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + "\n" + " " * indent + "}"
+    items = [pad + _render(v, indent + 1) for v in obj]
+    return "[\n" + ",\n".join(items) + "\n" + " " * indent + "]"
+
+
+def dump(obj: Any) -> bytes:
+    """Canonical JSON bytes: key order as built, fixed layout, trailing newline."""
+    return (_render(obj, 0) + "\n").encode()
+
+
+def output_files(plan: Plan, metrics: list[MetricResult], run: dict[str, Any]) -> dict[str, bytes]:
+    """Relative path -> bytes for everything the output folder holds."""
+    files = {"document.json": dump(plan.document), "run.json": dump(run)}
+    for point in plan.points:
+        if point.name:
+            files[f"{point.name}/document.json"] = dump(point.document)
+    for result in metrics:
+        prefix = f"{result.point.name}/" if result.point.name else ""
+        files[f"{prefix}{result.name}.json"] = dump(result.content)
+    return files
+
+
+def refuse_existing(out: Path, force: bool) -> None:
+    """An existing non-empty folder is the user's: refuse it unless forced."""
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"--out {out}: exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise OutputError(f"--out {out}: folder exists and is not empty (use --force to replace it)")
+
+
+def write_folder(out: Path, files: dict[str, bytes], force: bool) -> None:
+    """Write to a temporary sibling, then rename: the folder appears whole or not at all."""
+    refuse_existing(out, force)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        for rel, data in files.items():
+            path = tmp / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        os.chmod(tmp, 0o755)
+        old = None
+        if out.exists():
+            old = out.with_name(f".{out.name}.replaced.{os.getpid()}")
+            out.rename(old)
+        tmp.rename(out)
+        if old is not None:
+            shutil.rmtree(old)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -1,0 +1,1 @@
+"""Test support for causalab and its plugins: tiny models and conformance suites."""

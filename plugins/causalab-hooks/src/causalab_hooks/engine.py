@@ -1,0 +1,182 @@
+"""Engine ``hooks``: a plan's runs as plain forwards with PyTorch hooks on the model's modules."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import torch
+
+from causalab_core.contracts import Engine, swap
+from causalab_core.errors import EngineError
+from causalab_core.plan import Plan, Run, Site
+from causalab_core.plugins import registry
+from causalab_hooks.batches import Batch, batches, window_index
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+class _StopForward(Exception):
+    """Raised after the last module a read-only run needs; nothing downstream is computed."""
+
+
+def _as_heads(hidden: torch.Tensor, site: Site) -> torch.Tensor:
+    """A view of a head site's tensor as ``[batch, seq, width]`` of the one head."""
+    if site.head is None:
+        return hidden
+    return hidden.unflatten(-1, (site.heads, site.width))[..., site.head, :]
+
+
+class HooksEngine(Engine):
+    """Runs in this process on a transformers ``AutoModelForCausalLM``."""
+
+    name = "hooks"
+    capabilities = frozenset({"heads"})
+
+    def __init__(self, *, device_map: str | None = None):
+        super().__init__(device_map=device_map)
+        self._models: dict[tuple, torch.nn.Module] = {}
+
+    def load(self, plan: Plan) -> torch.nn.Module:
+        from transformers import AutoModelForCausalLM
+        from transformers.utils import logging
+
+        logging.disable_progress_bar()
+
+        key = (plan.model.source, plan.model.dtype, self.device_map)
+        if key not in self._models:
+            model = AutoModelForCausalLM.from_pretrained(
+                plan.model.source, dtype=DTYPES[plan.model.dtype], device_map=self.device_map,
+                local_files_only=True,
+            )
+            self._models[key] = model.eval()
+        return self._models[key]
+
+    def execute(self, plan, *, remote=False, batch_size=None, progress=None):
+        if remote:
+            raise EngineError(
+                "engine 'hooks' cannot run remotely: a hook is a callable on a module in this process, "
+                "there is nothing to ship; use --engine ndif"
+            )
+        if batch_size is not None and batch_size < 1:
+            raise EngineError(f"batch size must be 1 or more, got {batch_size}")
+        model = self.load(plan)
+        device = model.get_input_embeddings().weight.device
+        results: dict[str, dict[str, torch.Tensor]] = {}
+        with torch.inference_mode():
+            for point in plan.points:
+                store: dict[str, list[torch.Tensor]] = {}
+                for step in point.steps:
+                    results[step.path] = self._run(model, plan, step, store, batch_size, device)
+                    if progress:
+                        progress(step.path)
+        return results
+
+    def _run(self, model, plan: Plan, step: Run, store, batch_size, device) -> dict[str, torch.Tensor]:
+        logits, lse = [], []
+        for read in step.reads:
+            store[read.name] = [None] * plan.rows
+        for batch in batches(plan.prompts[step.input], batch_size, device):
+            handles = self._attach(model, step, batch, store)
+            try:
+                out = self._forward(model, step, batch)
+            finally:
+                for h in handles:
+                    h.remove()
+            if step.scoring is not None:
+                last = out.logits[:, -1, :].float()
+                ids = torch.tensor(step.scoring.token_ids[batch.start:batch.stop], device=last.device)
+                logits.append(last.gather(1, ids).cpu())
+                lse.append(last.logsumexp(-1).cpu())
+        if step.scoring is None:
+            return {}
+        return {"answer_logits": torch.cat(logits), "logsumexp": torch.cat(lse)}
+
+    def _forward(self, model, step: Run, batch: Batch):
+        try:
+            return model(
+                input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                position_ids=batch.position_ids, logits_to_keep=1, use_cache=False,
+            )
+        except _StopForward:
+            return None
+
+    def _attach(self, model, step: Run, batch: Batch, store) -> list:
+        """Register one hook per (module, tensor) that the step reads or writes."""
+        by_site = defaultdict(lambda: ([], []))
+        for read in step.reads:
+            by_site[(read.site.module, read.site.tensor)][0].append(read)
+        for write in step.writes:
+            by_site[(write.site.module, write.site.tensor)][1].append(write)
+        order = [name for name, _ in model.named_modules()]
+        stop_after = None
+        if step.scoring is None and not step.writes:
+            stop_after = max((order.index(m), m, t) for m, t in by_site)[1:]
+        handles = []
+        for (module_path, tensor), (reads, writes) in by_site.items():
+            edit = self._editor(reads, writes, batch, store, stop=(module_path, tensor) == stop_after)
+            module = model.get_submodule(module_path)
+            if tensor == "output":
+                handles.append(module.register_forward_hook(
+                    lambda mod, args, output, edit=edit: _replace_first(output, edit)))
+            else:
+                handles.append(module.register_forward_pre_hook(
+                    lambda mod, args, kwargs, edit=edit: _replace_input(args, kwargs, edit), with_kwargs=True))
+        return handles
+
+    def _editor(self, reads, writes, batch: Batch, store, stop: bool):
+        """A function of the site's tensor that records reads, applies writes, returns the tensor."""
+        featurizers = {w.name: _featurizer(w) for w in writes}
+        span = slice(batch.start, batch.stop)
+
+        def edit(hidden: torch.Tensor) -> torch.Tensor:
+            for read in reads:
+                values = _gather(_as_heads(hidden, read.site), read.windows[span], batch.offsets)
+                store[read.name][span] = [v.clone() for v in values]
+            if writes:
+                hidden = hidden.clone()
+                for write in writes:
+                    target = _as_heads(hidden, write.site)
+                    sources = store[write.source][span]
+                    _scatter(target, write.windows[span], batch.offsets, sources, featurizers[write.name])
+            if stop:
+                raise _StopForward
+            return hidden
+
+        return edit
+
+
+def _featurizer(write):
+    if write.featurizer is None:
+        return None
+    cls = registry().get("featurizer", write.featurizer.kind)
+    return cls(cls.Params.model_validate(write.featurizer.params), write.site.width)
+
+
+def _gather(hidden, windows, offsets) -> list[torch.Tensor]:
+    index = window_index(windows, offsets)
+    if index is not None:
+        return list(hidden[index[0], index[1]].unbind(0))
+    return [hidden[b, [p + o for p in w]] for b, (w, o) in enumerate(zip(windows, offsets))]
+
+
+def _scatter(target, windows, offsets, sources, featurizer) -> None:
+    index = window_index(windows, offsets)
+    if index is not None:
+        rows, cols = index
+        target[rows, cols] = swap(featurizer, target[rows, cols], torch.stack(sources).to(target.device))
+        return
+    for b, (w, o) in enumerate(zip(windows, offsets)):
+        cols = [p + o for p in w]
+        target[b, cols] = swap(featurizer, target[b, cols], sources[b].to(target.device))
+
+
+def _replace_first(output, edit):
+    if isinstance(output, tuple):
+        return (edit(output[0]), *output[1:])
+    return edit(output)
+
+
+def _replace_input(args, kwargs, edit):
+    if args:
+        return (edit(args[0]), *args[1:]), kwargs
+    return args, {**kwargs, "hidden_states": edit(kwargs["hidden_states"])}
