@@ -20,7 +20,7 @@ def validate(path: str | Path, *, data_root: str | Path | None = None, registry:
     """Load a document and its rows and check it against the installed plugins."""
     reg = registry or default_registry()
     loaded = load_document(path, data_root)
-    check_document(loaded.document, reg)
+    check_document(loaded.document, reg, loaded.source)
     return loaded
 
 
@@ -70,6 +70,7 @@ def run(
     out_path = Path(out) if out is not None else None
     if out_path is not None:
         refuse_existing(out_path, force)
+    reg.get("engine", engine, "--engine")
     built = compile_document(load_document(path, data_root), reg)
     runner = engine_for(engine, built, remote, reg, device_map=device_map)
     outputs = runner.execute(built, remote=remote, batch_size=batch_size,

@@ -93,6 +93,16 @@ def _render(obj: Any, indent: int) -> str:
     if isinstance(obj, dict):
         items = [f"{pad}{json.dumps(k, ensure_ascii=False)}: {_render(v, indent + 1)}" for k, v in obj.items()]
         return "{\n" + ",\n".join(items) + "\n" + " " * indent + "}"
+    if all(not isinstance(v, (dict, list)) for v in obj):
+        # A long list of numbers: wrapped, several to a line.
+        lines, line = [], []
+        for v in obj:
+            line.append(json.dumps(v, ensure_ascii=False, allow_nan=False))
+            if len(", ".join(line)) + len(pad) > 96:
+                lines.append(", ".join(line))
+                line = []
+        lines += [", ".join(line)] if line else []
+        return "[\n" + ",\n".join(pad + ln for ln in lines) + "\n" + " " * indent + "]"
     items = [pad + _render(v, indent + 1) for v in obj]
     return "[\n" + ",\n".join(items) + "\n" + " " * indent + "]"
 

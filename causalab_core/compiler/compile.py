@@ -55,6 +55,13 @@ def answer_token(tokenizer: Any, rows: tuple[dict, ...], column: str, where: str
     return tuple(ids)
 
 
+def _some(by_row: dict, limit: int = 8) -> str:
+    """A dict of rows for a message, cut after ``limit`` entries."""
+    shown = dict(list(by_row.items())[:limit])
+    more = len(by_row) - len(shown)
+    return f"{shown}" + (f" and {more} more" if more else "")
+
+
 class Compiler:
     """Compiles one loaded document against one shell."""
 
@@ -167,12 +174,12 @@ class Compiler:
         missing = {i: r.reason for i, r in enumerate(resolved) if r.reason is not None}
         if missing:
             raise PlanError(
-                f"write {wname!r} has nothing to write on row(s) {missing}{at}. A read may skip a row; "
+                f"write {wname!r} has nothing to write on row(s) {_some(missing)}{at}. A read may skip a row; "
                 "a write may not: the row would score as if an intervention had happened"
             )
         unread = {i: "source_not_eligible" for i, w in enumerate(source.windows) if not w}
         if unread:
-            raise PlanError(f"write {wname!r}: its source read {source.name!r} has no value on row(s) {unread}{at}")
+            raise PlanError(f"write {wname!r}: its source read {source.name!r} has no value on row(s) {_some(unread)}{at}")
         if site.width != source.site.width:
             raise PlanError(
                 f"{where}: site width {site.width} differs from read {source.name!r}'s width {source.site.width}{at}"
@@ -182,7 +189,7 @@ class Compiler:
         if widths:
             raise PlanError(
                 f"write {wname!r}: window widths differ from read {source.name!r} on row(s) "
-                f"{{row: (write, read)}} {widths}{at}"
+                f"{{row: (write, read)}} {_some(widths)}{at}"
             )
 
     def _path(self, point: str, input_name: str) -> str:
@@ -217,7 +224,7 @@ class Compiler:
 
 def compile_document(loaded: LoadedDocument, registry: Registry) -> Plan:
     """Validate against the installed plugins, build the shell, and compile the plan."""
-    check_document(loaded.document, registry)
+    check_document(loaded.document, registry, loaded.source)
     model = loaded.document.model
     shell = load_shell(resolve_source(model.key, model.revision, registry))
     return Compiler(loaded, shell, registry).plan()

@@ -76,7 +76,7 @@ def _check_params(cls: type, spec: Any, where: str, skip: set[str]) -> Any:
     except ValidationError as exc:
         err = exc.errors()[0]
         path = json_path(tuple(err["loc"]), data).removeprefix("$")
-        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
         raise DocumentError(f"{where}{path}: {msg}") from None
 
 
@@ -92,11 +92,13 @@ def check_plugins(document: Document, registry: Registry) -> None:
         resolvers = [cls() for cls in registry.components("position").values()]
         for group, specs in (("reads", document.reads), ("writes", document.writes)):
             for name, spec in specs.items():
-                values = [spec.position]
+                where = f"$.{group}.{name}.position"
                 if isinstance(spec.position, SweepRef):
-                    values = document.sweep.get(spec.position.sweep, [])
-                for value in values:
-                    check_position(value, resolvers, registry, f"$.{group}.{name}.position")
+                    axis = spec.position.sweep
+                    for i, value in enumerate(document.sweep.get(axis, [])):
+                        check_position(value, resolvers, registry, f"$.sweep.{axis}[{i}] (used by {where})")
+                else:
+                    check_position(spec.position, resolvers, registry, where)
     except PluginError as exc:
         raise DocumentError(str(exc)) from None
 
@@ -117,6 +119,12 @@ def check_position(value: Any, resolvers: list, registry: Registry, where: str) 
     )
 
 
-def check_document(document: Document, registry: Registry) -> None:
-    check_references(document)
-    check_plugins(document, registry)
+def check_document(document: Document, registry: Registry, source: str = "") -> None:
+    """Raise a DocumentError (prefixed with the document's file) for what the schema cannot see."""
+    try:
+        check_references(document)
+        check_plugins(document, registry)
+    except DocumentError as exc:
+        if not source:
+            raise
+        raise DocumentError(f"{source}: {exc}") from None

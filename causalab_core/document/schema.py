@@ -48,8 +48,8 @@ def _sweepable(kind: str, check, schema: dict[str, Any]):
         if check(value):
             return value
         raise PydanticCustomError(
-            "sweepable", "expected {kind} or {{\"sweep\": \"<axis>\"}}, got {got}",
-            {"kind": kind, "got": repr(value)},
+            "sweepable", "expected {kind} or {ref}, got {got}",
+            {"kind": kind, "ref": '{"sweep": "<axis>"}', "got": repr(value)},
         )
 
     ref = {"type": "object", "properties": {"sweep": {"type": "string"}}, "required": ["sweep"],

@@ -1,0 +1,3 @@
+from causalab_core.cli import main
+
+main()

@@ -1,0 +1,46 @@
+"""Weekday-arithmetic rows for tests and examples: base/counterfactual pairs with answers."""
+
+from __future__ import annotations
+
+import random
+
+from causalab_core.testing.models import COUNTS, DAYS
+
+PROMPT = "Q: what day is {} days after {}? A:"
+
+
+def weekday_rows(n: int, seed: int = 0) -> list[dict[str, str]]:
+    """``n`` rows differing only in the start day; answers carry the leading space."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        k = rng.randrange(len(COUNTS))
+        day, cf_day = rng.sample(range(7), 2)
+        out.append({
+            "base": PROMPT.format(COUNTS[k], DAYS[day]),
+            "counterfactual": PROMPT.format(COUNTS[k], DAYS[cf_day]),
+            "base_answer": " " + DAYS[(day + k + 1) % 7],
+            "cf_answer": " " + DAYS[(cf_day + k + 1) % 7],
+            "day": DAYS[day],
+            "cf_day": DAYS[cf_day],
+            "count": COUNTS[k],
+        })
+    return out
+
+
+def sweep_document(key: str, layers=(0, 1, 2, 3), positions=(-4, -1), data: dict | None = None) -> dict:
+    """A complete interchange document: swap block outputs, score iia, logit_diff, p_answer."""
+    site = {"layer": {"sweep": "layers"}, "site": "block_output", "position": {"sweep": "pos"}}
+    return {
+        "version": "2",
+        "model": {"key": key, "dtype": "float32"},
+        "data": data or {"path": "rows.jsonl"},
+        "reads": {"cf_resid": {"input": "counterfactual", **site}},
+        "writes": {"patch": {"input": "base", "source": "cf_resid", **site}},
+        "metrics": {
+            "iia": {"kind": "iia", "choices": ["base_answer", "cf_answer"], "label": "cf_answer"},
+            "logit_diff": {"kind": "logit_diff", "target": "cf_answer", "other": "base_answer"},
+            "p_answer": {"kind": "p_answer", "answer": "cf_answer"},
+        },
+        "sweep": {"layers": list(layers), "pos": list(positions)},
+    }

@@ -1,0 +1,140 @@
+"""Bad input: one line naming what and where, the right exit code, no traceback, no output."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from causalab_core.cli import app
+from causalab_core.testing.data import sweep_document, weekday_rows
+
+
+@pytest.fixture
+def base_doc(tiny_llama):
+    return sweep_document(str(tiny_llama))
+
+
+def run_cli(*args):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def edited(doc, edit):
+    doc = copy.deepcopy(doc)
+    edit(doc)
+    return doc
+
+
+def _set(path, value):
+    def edit(doc):
+        node = doc
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = value
+    return edit
+
+
+def _delete(path):
+    def edit(doc):
+        node = doc
+        for key in path[:-1]:
+            node = node[key]
+        del node[path[-1]]
+    return edit
+
+
+CASES = [
+    # (id, edit, exit code, what the message must say)
+    ("wrong type", _set(["reads", "cf_resid", "layer"], "two"), 2, ["$.reads.cf_resid.layer", "layer number", "'two'"]),
+    ("negative layer", _set(["writes", "patch", "layer"], -1), 2, ["$.writes.patch.layer"]),
+    ("unknown key", _set(["reads", "cf_resid", "colour"], "red"), 2, ["$.reads.cf_resid.colour", "unknown key"]),
+    ("unknown top key", _set(["sweeps"], {}), 2, ["$.sweeps", "unknown key"]),
+    ("bad site", _set(["reads", "cf_resid", "site"], "residual"), 2, ["$.reads.cf_resid.site", "'residual'"]),
+    ("missing model", _delete(["model"]), 2, ["$.model", "required"]),
+    ("wrong version", _set(["version"], "1"), 2, ["$.version"]),
+    ("unknown metric", _set(["metrics", "iia", "kind"], "accuracy"), 2,
+     ["$.metrics.iia.kind", "'accuracy'", "installed: iia, logit_diff, p_answer"]),
+    ("bad metric params", _set(["metrics", "iia", "label"], "nope"), 2, ["$.metrics.iia", "label 'nope'"]),
+    ("unknown metric param", _set(["metrics", "logit_diff", "colour"], 1), 2, ["$.metrics.logit_diff.colour", "unknown key"]),
+    ("unknown read", _set(["writes", "patch", "source"], "ghost"), 2, ["$.writes.patch.source", "'ghost'"]),
+    ("unknown input", _set(["reads", "cf_resid", "input"], "source"), 2, ["$.reads.cf_resid.input", "'source'"]),
+    ("unknown axis", _set(["reads", "cf_resid", "layer"], {"sweep": "depth"}), 2, ["$.reads.cf_resid.layer", "'depth'"]),
+    ("bad position", _set(["sweep", "pos"], [-1, {"idx": 2}]), 2, ["$.sweep.pos[1]", "$.reads.cf_resid.position", "{'idx': 2}"]),
+    ("layer out of range", _set(["sweep", "layers"], [0, 9]), 1,
+     ["PlanError", "$.reads.cf_resid.layer", "layer 9", "4 layers", "layers=9,pos=-4"]),
+    ("position out of range", _set(["sweep", "pos"], [-40]), 1,
+     ["PlanError", "write 'patch'", "position_out_of_range", "layers=0,pos=-40"]),
+    ("missing answer column", _set(["metrics", "p_answer", "answer"], "gold"), 1,
+     ["PlanError", "$.metrics.p_answer", "no column 'gold'"]),
+    ("missing input column", _set(["inputs"], ["base", "counterfactual", "source"]), 1, ["PlanError", "no column 'source'"]),
+    ("missing data file", _set(["data"], {"path": "nowhere.jsonl"}), 2, ["$.data.path", "nowhere.jsonl"]),
+    ("both data forms", _set(["data"], {"path": "rows.jsonl", "rows": []}), 2, ["$.data", "exactly one"]),
+    ("unknown model", _set(["model", "key"], "no-such-org/no-such-model"), 1, ["$.model.key", "no-such-org/no-such-model"]),
+]
+
+
+@pytest.mark.parametrize("edit,code,needles", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_a_bad_document_is_one_line_and_nothing_is_written(edit, code, needles, base_doc, write_doc, tmp_path):
+    path = write_doc(edited(base_doc, edit), weekday_rows(6))
+    out = tmp_path / "out"
+    result = run_cli("run", path, "--out", out)
+    assert result.exit_code == code, result.output
+    message = result.stderr.strip()
+    assert "\n" not in message and "Traceback" not in message
+    for needle in needles:
+        assert needle in message
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out")] == []
+
+
+def test_bad_json_names_the_file_line_and_column(tmp_path):
+    path = tmp_path / "doc.json"
+    path.write_text('{"version": "2",\n "model": {"key": "x"}\n "data": {}}')
+    result = run_cli("validate", path)
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"DocumentError: {path}: invalid JSON at line 3 column 2: Expecting ',' delimiter"
+
+
+def test_a_missing_document_file_is_named(tmp_path):
+    result = run_cli("plan", tmp_path / "absent.json")
+    assert result.exit_code == 2 and "absent.json: no such file" in result.stderr
+
+
+def test_a_bad_data_line_is_named(base_doc, write_doc, tmp_path):
+    path = write_doc(base_doc, weekday_rows(3))
+    with open(tmp_path / "rows.jsonl", "a") as f:
+        f.write("{not json}\n")
+    result = run_cli("validate", path)
+    assert result.exit_code == 2 and "rows.jsonl:4: invalid JSON" in result.stderr
+
+
+def test_an_unknown_engine_is_refused_before_weights_load(base_doc, write_doc, tmp_path):
+    result = run_cli("run", write_doc(base_doc, weekday_rows(6)), "--out", tmp_path / "o", "--engine", "warp")
+    assert result.exit_code == 2
+    assert "unknown engine 'warp' at --engine; installed: hooks" in result.stderr
+
+
+def test_a_multi_token_answer_is_refused_with_its_row(base_doc, write_doc):
+    rows = weekday_rows(4)
+    rows[2]["cf_answer"] = " Monday Tuesday"
+    result = run_cli("plan", write_doc(base_doc, rows))
+    assert result.exit_code == 1
+    assert "data row 2, column 'cf_answer'" in result.stderr and "2 tokens" in result.stderr
+
+
+def test_verbose_adds_the_traceback(base_doc, write_doc):
+    path = write_doc(edited(base_doc, _set(["sweep", "layers"], [7])), weekday_rows(3))
+    result = run_cli("plan", path, "--verbose")
+    assert result.exit_code == 1
+    assert "Traceback" in result.stderr and result.stderr.strip().splitlines()[-1].startswith("PlanError:")
+
+
+def test_validate_accepts_the_shipped_example():
+    from pathlib import Path
+
+    example = Path(__file__).parent.parent / "documents" / "examples" / "weekdays_sweep.json"
+    result = run_cli("validate", example)
+    assert result.exit_code == 0 and "valid (48 rows, 8 points)" in result.stdout
+    assert json.loads(example.read_text())["version"] == "2"

@@ -1,0 +1,109 @@
+"""The plugin system: discovery, listing, duplicate names, missing distributions."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import sysconfig
+import types
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from causalab_core import hookimpl, hookspecs
+from causalab_core.cli import app
+from causalab_core.errors import PluginError
+from causalab_core.plugins import build_registry
+
+
+def test_plugins_lists_the_shipped_plugins_with_versions_hooks_and_digests():
+    result = CliRunner().invoke(app, ["plugins"])
+    assert result.exit_code == 0
+    listing = {p["distribution"]: p for p in json.loads(result.stdout)}
+    assert listing["causalab-hooks"]["provides"] == {"engine": ["hooks"]}
+    assert listing["causalab-metrics"]["provides"] == {"metric": ["iia", "logit_diff", "p_answer"]}
+    assert listing["causalab-positions"]["provides"] == {"position": ["index"]}
+    assert listing["causalab-metrics"]["hooks"] == ["causalab_metrics"]
+    for entry in listing.values():
+        assert entry["version"] == "0.1.0"
+        assert len(entry["digest"]) == 64
+
+
+def _inline_plugin(name: str, dist: str, metric_name: str):
+    class Dummy:
+        pass
+
+    Dummy.name = metric_name
+    module = types.ModuleType(name)
+    module.DISTRIBUTION = dist
+    module.causalab_metrics = hookimpl(lambda: [Dummy])
+    return module
+
+
+def test_a_duplicate_name_names_both_distributions():
+    plugin = _inline_plugin("imposter", "causalab-imposter", "iia")
+    with pytest.raises(PluginError, match="metric name 'iia' is provided twice: by causalab-metrics and by causalab-imposter"):
+        build_registry(extra=(plugin,))
+
+
+def test_a_third_party_metric_registers_like_a_built_in_one():
+    registry = build_registry(extra=(_inline_plugin("extra", "causalab-extra", "brier"),))
+    assert "brier" in registry.names("metric")
+    assert registry.provider("metric", "brier").distribution == "causalab-extra"
+
+
+def test_an_implementation_without_a_spec_is_refused():
+    module = types.ModuleType("typo")
+    module.causalab_metric = hookimpl(lambda: [])  # missing the trailing s
+    with pytest.raises(PluginError, match="causalab_metric"):
+        build_registry(extra=(module,))
+
+
+def test_the_digest_changes_when_a_plugin_source_changes(tmp_path):
+    from causalab_core.plugins import source_digest
+
+    (tmp_path / "a.py").write_text("x = 1\n")
+    before = source_digest(tmp_path)
+    (tmp_path / "a.py").write_text("x = 2\n")
+    assert source_digest(tmp_path) != before
+
+
+def test_every_hook_spec_is_documented_in_contributing():
+    text = (Path(__file__).parent.parent / "CONTRIBUTING.md").read_text()
+    specs = [n for n in dir(hookspecs) if n.startswith("causalab_")]
+    assert specs
+    for name in specs:
+        assert f"`{name}`" in text, f"{name} is not documented in CONTRIBUTING.md"
+        assert getattr(hookspecs, name).__doc__
+
+
+def _site_without(tmp_path: Path, distribution: str) -> Path:
+    """A site folder holding everything this environment has installed but one distribution."""
+    site = tmp_path / "site"
+    site.mkdir()
+    package = distribution.replace("-", "_")
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if entry.name.startswith((f"{package}-", f"_editable_impl_{package}.", f"__editable__.{package}-")):
+            continue
+        (site / entry.name).symlink_to(entry)
+    return site
+
+
+def test_a_document_needing_an_uninstalled_plugin_names_the_distribution(sweep_doc, tmp_path):
+    site = _site_without(tmp_path, "causalab-metrics")
+    code = (
+        "import site, sys; site.addsitedir(sys.argv[1]); sys.argv = sys.argv[1:];"
+        "from causalab_core.cli import main; main()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", code, str(site), "run", str(sweep_doc), "--out", str(tmp_path / "o")],
+        capture_output=True, text=True,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == (
+        f"DocumentError: {sweep_doc}: metric 'iia' at $.metrics.iia.kind needs the plugin distribution "
+        "causalab-metrics, which is not installed (pip install causalab-metrics)"
+    )
+    assert not (tmp_path / "o").exists()
