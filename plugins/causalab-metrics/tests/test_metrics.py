@@ -1,0 +1,96 @@
+"""The shipped metrics against hand computations, plus the conformance suite."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from causalab_core.contracts import MetricInputs
+from causalab_core.testing.conformance import MetricConformance
+from causalab_metrics.answers import IIA, LogitDiff, PAnswer
+
+
+def inputs(logits, columns, token_ids, eligible=None, lse=None):
+    logits = torch.tensor(logits, dtype=torch.float32)
+    return MetricInputs(
+        logits=logits,
+        logsumexp=torch.tensor(lse, dtype=torch.float32) if lse else torch.zeros(len(logits)),
+        columns=columns,
+        token_ids=token_ids,
+        eligible=eligible or [True] * len(logits),
+    )
+
+
+def test_iia_is_one_where_the_label_wins():
+    got = IIA().compute(
+        IIA.Params(choices=["base", "cf"], label="cf"),
+        inputs([[2.0, 1.0], [0.5, 3.0], [1.0, 4.0]], ("base", "cf"), {"base": [7, 7, 7], "cf": [8, 9, 7]}),
+    )
+    # Row 2: base and cf are the same token, so predicting either is correct.
+    assert got.rows == [0.0, 1.0, 1.0]
+    assert got.summary == {"mean": 2 / 3, "eligible": 3, "rows": 3}
+
+
+def test_iia_ignores_rows_that_are_not_eligible():
+    got = IIA().compute(
+        IIA.Params(choices=["base", "cf"], label="cf"),
+        inputs([[2.0, 1.0], [0.5, 3.0]], ("base", "cf"), {"base": [1, 1], "cf": [2, 2]}, eligible=[False, True]),
+    )
+    assert got.rows == [None, 1.0] and got.summary["mean"] == 1.0 and got.summary["eligible"] == 1
+
+
+def test_logit_diff_is_target_minus_other():
+    got = LogitDiff().compute(
+        LogitDiff.Params(target="cf", other="base"),
+        inputs([[2.0, 1.0], [0.5, 3.0]], ("base", "cf"), {"base": [1, 1], "cf": [2, 2]}),
+    )
+    assert got.rows == [-1.0, 2.5] and got.summary["mean"] == 0.75
+
+
+def test_p_answer_is_the_softmax_probability():
+    vocab = torch.tensor([[1.0, 2.0, 0.5], [0.0, 0.0, 0.0]])
+    lse = vocab.logsumexp(-1).tolist()
+    got = PAnswer().compute(
+        PAnswer.Params(answer="cf"),
+        inputs([[2.0], [0.0]], ("cf",), {"cf": [1, 1]}, lse=lse),
+    )
+    expected = torch.softmax(vocab, -1)[:, 1].tolist()
+    assert got.rows == pytest.approx(expected, rel=1e-6)
+    assert math.isclose(got.summary["mean"], sum(expected) / 2, rel_tol=1e-6)
+
+
+def test_iia_label_must_be_a_choice():
+    with pytest.raises(ValueError, match="label 'gold' must be one of the choices"):
+        IIA.Params(choices=["a", "b"], label="gold")
+
+
+class TestIIAConformance(MetricConformance):
+    @pytest.fixture
+    def metric(self):
+        return IIA()
+
+    @pytest.fixture
+    def params(self):
+        return IIA.Params(choices=["a", "b"], label="b")
+
+
+class TestLogitDiffConformance(MetricConformance):
+    @pytest.fixture
+    def metric(self):
+        return LogitDiff()
+
+    @pytest.fixture
+    def params(self):
+        return LogitDiff.Params(target="a", other="b")
+
+
+class TestPAnswerConformance(MetricConformance):
+    @pytest.fixture
+    def metric(self):
+        return PAnswer()
+
+    @pytest.fixture
+    def params(self):
+        return PAnswer.Params(answer="a")

@@ -1,0 +1,43 @@
+"""What the docs show works: the example study, and the plugin written in CONTRIBUTING.md."""
+
+from __future__ import annotations
+
+import json
+import re
+import types
+from pathlib import Path
+
+from causalab_core import api
+from causalab_core.plugins import build_registry
+from causalab_core.testing.data import sweep_document, weekday_rows
+
+ROOT = Path(__file__).parent.parent
+
+
+def test_the_quick_start_example_runs_and_writes_every_point(tmp_path):
+    result = api.run(ROOT / "documents" / "examples" / "weekdays_sweep.json", out=tmp_path / "example")
+    assert len(result.plan.points) == 8 and result.plan.rows == 48
+    assert (tmp_path / "example" / "layers=3,pos=-1" / "p_answer.json").is_file()
+
+
+def test_the_readme_example_document_is_the_shipped_one():
+    shipped = json.loads((ROOT / "documents" / "examples" / "weekdays_sweep.json").read_text())
+    text = (ROOT / "documents" / "README.md").read_text()
+    shown = json.loads(re.search(r"```json\n(\{\n  \"version\".*?)\n```", text, re.S).group(1))
+    shipped.pop("description")
+    assert shown == shipped
+
+
+def test_the_contributing_metric_plugin_works(write_doc, tiny_llama, tmp_path):
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    source = re.search(r"```python\n(# src/causalab_brier/__init__.py\n.*?)```", text, re.S).group(1)
+    module = types.ModuleType("causalab_brier")
+    exec(compile(source, "CONTRIBUTING.md", "exec"), module.__dict__)
+    registry = build_registry(extra=(module,))
+    doc = sweep_document(str(tiny_llama), layers=[1], positions=[-1])
+    doc["metrics"] = {"brier": {"kind": "brier", "answer": "cf_answer"}, **doc["metrics"]}
+    result = api.run(write_doc(doc, weekday_rows(6)), out=tmp_path / "o", registry=registry)
+    brier = json.loads((tmp_path / "o" / "layers=1,pos=-1" / "brier.json").read_text())
+    p = json.loads((tmp_path / "o" / "layers=1,pos=-1" / "p_answer.json").read_text())
+    assert [round(b, 5) for b in brier["values"]] == [round((1 - v) ** 2, 5) for v in p["values"]]
+    assert result.metrics
