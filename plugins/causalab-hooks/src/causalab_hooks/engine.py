@@ -6,24 +6,16 @@ from collections import defaultdict
 
 import torch
 
-from causalab_core.contracts import Engine, swap
+from causalab_core.contracts import Engine
 from causalab_core.errors import EngineError
-from causalab_core.plan import Plan, Run, Site
-from causalab_core.plugins import registry
-from causalab_hooks.batches import Batch, batches, window_index
+from causalab_core.plan import Plan, Run
+from causalab_core.tensors import Batch, as_heads, batches, featurizer_for, gather, scatter, score
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 class _StopForward(Exception):
     """Raised after the last module a read-only run needs; nothing downstream is computed."""
-
-
-def _as_heads(hidden: torch.Tensor, site: Site) -> torch.Tensor:
-    """A view of a head site's tensor as ``[batch, seq, width]`` of the one head."""
-    if site.head is None:
-        return hidden
-    return hidden.unflatten(-1, (site.heads, site.width))[..., site.head, :]
 
 
 class HooksEngine(Engine):
@@ -83,10 +75,9 @@ class HooksEngine(Engine):
                 for h in handles:
                     h.remove()
             if step.scoring is not None:
-                last = out.logits[:, -1, :].float()
-                ids = torch.tensor(step.scoring.token_ids[batch.start:batch.stop], device=last.device)
-                logits.append(last.gather(1, ids).cpu())
-                lse.append(last.logsumexp(-1).cpu())
+                scores = score(out.logits[:, -1, :], step.scoring.token_ids[batch.start:batch.stop])
+                logits.append(scores["answer_logits"])
+                lse.append(scores["logsumexp"])
         if step.scoring is None:
             return {}
         return {"answer_logits": torch.cat(logits), "logsumexp": torch.cat(lse)}
@@ -125,49 +116,22 @@ class HooksEngine(Engine):
 
     def _editor(self, reads, writes, batch: Batch, store, stop: bool):
         """A function of the site's tensor that records reads, applies writes, returns the tensor."""
-        featurizers = {w.name: _featurizer(w) for w in writes}
+        featurizers = {w.name: featurizer_for(w) for w in writes}
         span = slice(batch.start, batch.stop)
 
         def edit(hidden: torch.Tensor) -> torch.Tensor:
             for read in reads:
-                values = _gather(_as_heads(hidden, read.site), read.windows[span], batch.offsets)
-                store[read.name][span] = [v.clone() for v in values]
+                store[read.name][span] = gather(as_heads(hidden, read.site), read.windows[span], batch.offsets)
             if writes:
                 hidden = hidden.clone()
                 for write in writes:
-                    target = _as_heads(hidden, write.site)
-                    sources = store[write.source][span]
-                    _scatter(target, write.windows[span], batch.offsets, sources, featurizers[write.name])
+                    scatter(as_heads(hidden, write.site), write.windows[span], batch.offsets,
+                            store[write.source][span], featurizers[write.name])
             if stop:
                 raise _StopForward
             return hidden
 
         return edit
-
-
-def _featurizer(write):
-    if write.featurizer is None:
-        return None
-    cls = registry().get("featurizer", write.featurizer.kind)
-    return cls(cls.Params.model_validate(write.featurizer.params), write.site.width)
-
-
-def _gather(hidden, windows, offsets) -> list[torch.Tensor]:
-    index = window_index(windows, offsets)
-    if index is not None:
-        return list(hidden[index[0], index[1]].unbind(0))
-    return [hidden[b, [p + o for p in w]] for b, (w, o) in enumerate(zip(windows, offsets))]
-
-
-def _scatter(target, windows, offsets, sources, featurizer) -> None:
-    index = window_index(windows, offsets)
-    if index is not None:
-        rows, cols = index
-        target[rows, cols] = swap(featurizer, target[rows, cols], torch.stack(sources).to(target.device))
-        return
-    for b, (w, o) in enumerate(zip(windows, offsets)):
-        cols = [p + o for p in w]
-        target[b, cols] = swap(featurizer, target[b, cols], sources[b].to(target.device))
 
 
 def _replace_first(output, edit):

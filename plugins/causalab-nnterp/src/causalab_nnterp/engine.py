@@ -1,0 +1,64 @@
+"""Engine ``nnterp``: the whole plan in one nnsight session, addressed by nnterp's standardized names."""
+
+from __future__ import annotations
+
+from causalab_core.contracts import Engine
+from causalab_core.errors import EngineError
+
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+def load_model(plan, device_map=None):
+    """An nnterp ``StandardizedTransformer`` for the plan's checkpoint; weights load at the first local trace."""
+    import torch
+    from transformers import AutoTokenizer
+    from transformers.utils import logging
+
+    from causalab_nnterp.compat import import_nnterp
+
+    logging.disable_progress_bar()
+    nnterp = import_nnterp()
+    source = plan.model.source
+    options = {"dtype": getattr(torch, plan.model.dtype)}
+    if device_map is not None:
+        options["device_map"] = device_map
+    return nnterp.StandardizedTransformer(
+        source, tokenizer=AutoTokenizer.from_pretrained(source, local_files_only=True), **options
+    )
+
+
+class NnterpEngine(Engine):
+    """Runs a plan inside one ``model.session(remote=...)``; only the flat results come back."""
+
+    name = "nnterp"
+    capabilities = frozenset({"remote", "heads"})
+
+    def __init__(self, *, device_map: str | None = None):
+        super().__init__(device_map=device_map)
+        self._models: dict[tuple, object] = {}
+
+    def model(self, plan):
+        key = (plan.model.source, plan.model.dtype, self.device_map)
+        if key not in self._models:
+            self._models[key] = load_model(plan, self.device_map)
+        return self._models[key]
+
+    def execute(self, plan, *, remote=False, batch_size=None, progress=None):
+        if batch_size is not None and batch_size < 1:
+            raise EngineError(f"batch size must be 1 or more, got {batch_size}")
+        results = run_session(self.model(plan), plan, remote, batch_size)
+        if progress:
+            for step in plan.steps():
+                progress(step.path)
+        return results
+
+
+def run_session(model, plan, remote, batch_size):
+    """The session block. It loads only ``model``, ``plan``, ``batch_size`` and installed modules."""
+    import nnsight
+
+    from causalab_nnterp.block import run_plan
+
+    with model.session(remote=remote):
+        results = nnsight.save(run_plan(model, plan, batch_size))
+    return results

@@ -1,0 +1,27 @@
+"""The same document through `hooks` and `nnterp` writes the same folder, but for run.json."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from causalab_core import api
+from causalab_core.testing.conformance import ragged_rows
+from causalab_core.testing.data import sweep_document
+
+
+@pytest.mark.parametrize("arch", ["tiny_llama", "tiny_gpt2"])
+def test_hooks_and_nnterp_write_identical_metric_files(arch, request, write_doc, tmp_path):
+    doc = write_doc(sweep_document(str(request.getfixturevalue(arch))), ragged_rows(42))
+    api.run(doc, out=tmp_path / "hooks", engine="hooks", batch_size=16)
+    api.run(doc, out=tmp_path / "nnterp", engine="nnterp", batch_size=16)
+    diff = subprocess.run(["diff", "-r", "-x", "run.json", tmp_path / "hooks", tmp_path / "nnterp"],
+                          capture_output=True, text=True)
+    assert diff.returncode == 0 and diff.stdout == ""
+    hooks_run = json.loads((tmp_path / "hooks" / "run.json").read_text())
+    nnterp_run = json.loads((tmp_path / "nnterp" / "run.json").read_text())
+    assert (hooks_run["engine"], nnterp_run["engine"]) == ("hooks", "nnterp")
+    assert {k: v for k, v in hooks_run.items() if k != "engine"} == {k: v for k, v in nnterp_run.items() if k != "engine"}
+    assert nnterp_run["versions"]["nnsight"] and nnterp_run["versions"]["nnterp"]
