@@ -9,7 +9,7 @@ checks a component against its contract.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
@@ -66,6 +66,8 @@ class RowText:
     """Character span of each token in ``text``."""
     variables: Mapping[str, Any]
     """The row's other columns (prompt variables such as ``entity``)."""
+    segments: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    """For a chat prompt: character span of each turn's text (``system``, ``user[0]``, ..., ``generation``)."""
 
 
 @dataclass(frozen=True)

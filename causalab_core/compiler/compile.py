@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from causalab_core.compiler.prompts import tokenize_inputs
 from causalab_core.compiler.shell import Shell, load_shell, resolve_source
 from causalab_core.compiler.sweep import points, substitute
-from causalab_core.contracts import Resolved, RowText
+from causalab_core.contracts import Resolved
 from causalab_core.document import LoadedDocument, check_document
 from causalab_core.document.schema import ReadSpec, WriteSpec
 from causalab_core.errors import PlanError
@@ -15,25 +16,6 @@ from causalab_core.plan import (
     FeaturizerRef, MetricPlan, Plan, Point, PositionRecord, Read, Run, Scoring, Write,
 )
 from causalab_core.plugins import Registry
-
-
-def tokenize_inputs(loaded: LoadedDocument, tokenizer: Any) -> dict[str, list[RowText]]:
-    """Each input column of each row, tokenized once with character offsets."""
-    out: dict[str, list[RowText]] = {}
-    for name in loaded.document.inputs:
-        texts = []
-        for i, row in enumerate(loaded.rows):
-            if name not in row:
-                raise PlanError(f"$.inputs: data row {i} has no column {name!r}")
-            if not isinstance(row[name], str):
-                raise PlanError(f"data row {i}, column {name!r}: a prompt must be a string")
-            texts.append(row[name])
-        enc = tokenizer(texts, add_special_tokens=True, return_offsets_mapping=True)
-        out[name] = [
-            RowText(text, tuple(ids), tuple(map(tuple, offsets)), row)
-            for text, ids, offsets, row in zip(texts, enc["input_ids"], enc["offset_mapping"], loaded.rows)
-        ]
-    return out
 
 
 def answer_token(tokenizer: Any, rows: tuple[dict, ...], column: str, where: str) -> tuple[int, ...]:
@@ -68,7 +50,7 @@ class Compiler:
     def __init__(self, loaded: LoadedDocument, shell: Shell, registry: Registry):
         self.loaded, self.doc, self.shell, self.registry = loaded, loaded.document, shell, registry
         self.ref = shell.model_ref(self.doc.model.key, self.doc.model.revision, self.doc.model.dtype)
-        self.prompts = tokenize_inputs(loaded, shell.tokenizer)
+        self.prompts = tokenize_inputs(self.doc.inputs, loaded.rows, shell.tokenizer)
         self.resolvers = [cls() for cls in registry.components("position").values()]
         self._positions: dict[tuple[str, str], tuple[Resolved, ...]] = {}
         self.scorings = self._scorings()
@@ -207,6 +189,16 @@ class Compiler:
                 steps.append(Run(self._path(point, input_name), input_name, mine, wrote, scoring))
         return tuple(steps)
 
+    @staticmethod
+    def _token_segments(row) -> dict[str, tuple[int, int]]:
+        """Each chat turn as a token span [start, stop), as the plan ships it."""
+        out = {}
+        for name, (start, end) in row.segments.items():
+            tokens = [i for i, (s, e) in enumerate(row.offsets) if e > s and s < end and e > start]
+            if tokens:
+                out[name] = (tokens[0], tokens[-1] + 1)
+        return out
+
     def plan(self) -> Plan:
         built = tuple(self.point(name, values) for name, values in points(self.doc))
         requires = ("heads",) if any(
@@ -216,6 +208,8 @@ class Compiler:
             model=self.ref,
             rows=len(self.loaded.rows),
             prompts={name: tuple(r.ids for r in rows) for name, rows in self.prompts.items()},
+            segments={name: tuple(self._token_segments(r) for r in rows)
+                      for name, rows in self.prompts.items() if any(r.segments for r in rows)},
             points=built,
             requires=requires,
             document=self.doc.model_dump(mode="json"),

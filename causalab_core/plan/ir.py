@@ -154,6 +154,8 @@ class Plan:
     prompts: dict[str, Rows]
     """Per input: per row, the token ids of the prompt."""
     points: tuple[Point, ...]
+    segments: dict[str, Rows] = field(default_factory=dict)
+    """Per chat input: per row, each turn's token span ``{name: (start, stop)}``, rendered on the client."""
     requires: tuple[str, ...] = ()
     """Engine capabilities this plan needs (e.g. ``heads``)."""
     document: dict[str, Any] = field(default_factory=dict)

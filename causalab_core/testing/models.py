@@ -49,11 +49,13 @@ def corpus() -> list[str]:
     return lines
 
 
-def word_level_tokenizer():
+def word_level_tokenizer(words=None):
+    """A whitespace/punctuation word-level tokenizer over ``words`` (BOS prepended, chat template set)."""
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {tok: i for i, tok in enumerate((*SPECIALS, *WORDS, *DAYS, *COUNTS, *NAMES))}
+    words = words or (*WORDS, *DAYS, *COUNTS, *NAMES)
+    vocab = {tok: i for i, tok in enumerate(dict.fromkeys((*SPECIALS, *words)))}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", vocab["<s>"])])

@@ -1,0 +1,19 @@
+"""causalab-toy: small trained checkpoints (weekday arithmetic, entity binding) as model keys ``causalab-toy/<name>``."""
+
+from __future__ import annotations
+
+from causalab_core import PlanError, hookimpl
+from causalab_toy import models
+
+
+@hookimpl
+def causalab_model_source(key: str, revision: str | None):
+    if not key.startswith(models.PREFIX):
+        return None
+    name = key.removeprefix(models.PREFIX)
+    if name not in models.names():
+        raise PlanError(f"$.model.key: causalab-toy has no model {name!r}; it has {', '.join(models.names())}")
+    actual = models.revision(name)
+    if revision is not None and revision != actual:
+        raise PlanError(f"$.model.revision: {key} is at revision {actual}, the document pins {revision}")
+    return models.install(name)

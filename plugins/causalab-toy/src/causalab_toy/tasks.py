@@ -1,0 +1,112 @@
+"""The toy tasks: their vocabularies, prompts, and base/counterfactual rows.
+
+Each task knows its words (for a word-level tokenizer), how to make one
+example from a rng, and how to split its examples into train and test so that
+test prompts never appear in training.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Callable
+
+DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+COUNTS = tuple(str(n) for n in range(1, 28))
+NAMES = ("Alice", "Bob", "Carol", "Dave", "Erin", "Frank", "Grace", "Heidi", "Ivan", "Judy", "Mallory", "Oscar")
+OBJECTS = ("key", "ball", "cup", "book", "hat", "coin", "lamp", "pen")
+CHAT_WORDS = ("system", "user", "assistant", "you", "are", "a", "helpful", "hello", "hi", "tell", "me", ".", ",")
+
+WEEKDAY_PROMPT = "Q: what day is {count} days after {day}? A:"
+ENTITY_PROMPT = "{facts} Q: who has the {object}? A:"
+
+
+@dataclass(frozen=True)
+class Task:
+    """A toy task: vocabulary, example maker, and which key splits train from test."""
+
+    name: str
+    words: tuple[str, ...]
+    pair: Callable[[random.Random, bool], dict]
+    """Make one base/counterfactual row; ``test`` chooses from the held-out half."""
+
+
+# -- weekdays -----------------------------------------------------------------
+
+def _weekday_test(count: int, day: int) -> bool:
+    # A fixed fifth of (count, day) combinations is held out from training.
+    return (count * 7 + day) * 2654435761 % 97 < 20
+
+
+def _weekday_pair(rng: random.Random, test: bool) -> dict:
+    while True:
+        k = rng.randrange(len(COUNTS))
+        day, cf_day = rng.sample(range(7), 2)
+        if _weekday_test(k, day) == test and _weekday_test(k, cf_day) == test:
+            break
+    n = int(COUNTS[k])
+    return {
+        "base": WEEKDAY_PROMPT.format(count=COUNTS[k], day=DAYS[day]),
+        "counterfactual": WEEKDAY_PROMPT.format(count=COUNTS[k], day=DAYS[cf_day]),
+        "base_answer": " " + DAYS[(day + n) % 7],
+        "cf_answer": " " + DAYS[(cf_day + n) % 7],
+        "day": DAYS[day],
+        "cf_day": DAYS[cf_day],
+        "count": COUNTS[k],
+    }
+
+
+WEEKDAYS = Task(
+    "weekdays",
+    ("Q", ":", "what", "day", "is", "days", "after", "?", "A", *COUNTS, *DAYS, *CHAT_WORDS),
+    _weekday_pair,
+)
+
+
+# -- entity binding -----------------------------------------------------------
+
+def _entity_test(holders: tuple[str, ...], objects: tuple[str, ...]) -> bool:
+    # A fixed fifth of (holders, objects) arrangements is held out from training.
+    key = sum(NAMES.index(h) * (i + 3) + OBJECTS.index(o) * (i + 7) for i, (h, o) in enumerate(zip(holders, objects)))
+    return key * 2654435761 % 97 < 20
+
+
+def _facts(holders, objects) -> str:
+    return " ".join(f"{h} has the {o}." for h, o in zip(holders, objects))
+
+
+def _entity_pair(rng: random.Random, test: bool) -> dict:
+    while True:
+        names = rng.sample(NAMES, 4)
+        holders, spare = tuple(names[:3]), names[3]
+        objects = tuple(rng.sample(OBJECTS, 3))
+        q = rng.randrange(3)
+        cf_holders = tuple(spare if i == q else h for i, h in enumerate(holders))
+        if _entity_test(holders, objects) == test and _entity_test(cf_holders, objects) == test:
+            break
+    return {
+        "base": ENTITY_PROMPT.format(facts=_facts(holders, objects), object=objects[q]),
+        "counterfactual": ENTITY_PROMPT.format(facts=_facts(cf_holders, objects), object=objects[q]),
+        "base_answer": " " + holders[q],
+        "cf_answer": " " + cf_holders[q],
+        "entity": holders[q],
+        "cf_entity": cf_holders[q],
+        "object": objects[q],
+    }
+
+
+ENTITY = Task(
+    "entity",
+    ("Q", ":", "who", "has", "the", "?", "A", *NAMES, *OBJECTS, *CHAT_WORDS),
+    _entity_pair,
+)
+
+TASKS = {t.name: t for t in (WEEKDAYS, ENTITY)}
+
+
+def rows(task: str, n: int, split: str, seed: int = 0) -> list[dict]:
+    """``n`` rows of a task from its ``train`` or ``test`` split."""
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be train or test, got {split!r}")
+    rng = random.Random(f"{task}-{split}-{seed}")
+    return [TASKS[task].pair(rng, split == "test") for _ in range(n)]
