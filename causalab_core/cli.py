@@ -1,4 +1,4 @@
-"""The `causalab` command line: run, validate, plan, plugins, schema, env."""
+"""The `causalab` command line: run, validate, plan, plot, plugins, schema, env."""
 
 from __future__ import annotations
 
@@ -125,6 +125,25 @@ def plugins(verbose: Verbose = False) -> None:
             for p in reg.plugins
         ]
     print(json.dumps(listing, indent=2))
+
+
+@app.command()
+def plot(
+    folder: Annotated[Path, typer.Argument(help="A run's output folder (with a sweep).", show_default=False)],
+    metric: Annotated[Optional[list[str]], typer.Option(help="Metric to plot (repeatable; default: every metric).")] = None,
+    verbose: Verbose = False,
+) -> None:
+    """Draw each metric's summary over the sweep (heatmap for two axes) as FOLDER/<metric>.png."""
+    from causalab_core.plot import plot_metric
+
+    with reported(verbose):
+        document = json.loads((folder / "document.json").read_text()) if (folder / "document.json").is_file() else None
+        if document is None:
+            from causalab_core.errors import OutputError
+
+            raise OutputError(f"{folder}: not a causalab output folder (no document.json)")
+        for name in metric or list(document.get("metrics", {})):
+            print(plot_metric(folder, name))
 
 
 @app.command()

@@ -50,7 +50,7 @@ class Compiler:
     def __init__(self, loaded: LoadedDocument, shell: Shell, registry: Registry):
         self.loaded, self.doc, self.shell, self.registry = loaded, loaded.document, shell, registry
         self.ref = shell.model_ref(self.doc.model.key, self.doc.model.revision, self.doc.model.dtype)
-        self.prompts = tokenize_inputs(self.doc.inputs, loaded.rows, shell.tokenizer)
+        self.prompts = tokenize_inputs(self.doc.inputs, loaded.rows, shell.tokenizer, self.doc.variables)
         self.resolvers = [cls() for cls in registry.components("position").values()]
         self._positions: dict[tuple[str, str], tuple[Resolved, ...]] = {}
         self.scorings = self._scorings()

@@ -38,10 +38,16 @@ def render_chat(tokenizer: Any, messages: Any, where: str) -> tuple[str, dict[st
     return text, segments
 
 
-def tokenize_inputs(inputs: list[str], rows: tuple[dict, ...], tokenizer: Any) -> dict[str, list[RowText]]:
-    """Each input column of each row as a RowText (text, ids, offsets, variables, chat segments)."""
+def tokenize_inputs(
+    inputs: list[str], rows: tuple[dict, ...], tokenizer: Any, variables: dict[str, dict[str, str]] | None = None
+) -> dict[str, list[RowText]]:
+    """Each input column of each row as a RowText (text, ids, offsets, variables, chat segments).
+
+    ``variables`` maps an input to {variable: column}: that input's value of the variable.
+    """
     out: dict[str, list[RowText]] = {}
     for name in inputs:
+        renamed = (variables or {}).get(name, {})
         texts, segments, chat = [], [], None
         for i, row in enumerate(rows):
             if name not in row:
@@ -60,7 +66,17 @@ def tokenize_inputs(inputs: list[str], rows: tuple[dict, ...], tokenizer: Any) -
         # A rendered conversation already carries the template's special tokens.
         enc = tokenizer(texts, add_special_tokens=not chat, return_offsets_mapping=True)
         out[name] = [
-            RowText(text, tuple(ids), tuple(map(tuple, offsets)), row, spans)
+            RowText(text, tuple(ids), tuple(map(tuple, offsets)), _variables(row, renamed), spans)
             for text, ids, offsets, row, spans in zip(texts, enc["input_ids"], enc["offset_mapping"], rows, segments)
         ]
     return out
+
+
+def _variables(row: dict, renamed: dict[str, str]) -> dict:
+    values = {k: v for k, v in row.items()}
+    for variable, column in renamed.items():
+        if column in row:
+            values[variable] = row[column]
+        else:
+            values.pop(variable, None)
+    return values

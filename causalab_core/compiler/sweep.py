@@ -10,9 +10,24 @@ from causalab_core.document.schema import Document
 
 
 def axis_label(value: Any) -> str:
-    """How a sweep value appears in a folder name: ints as themselves, objects compactly."""
+    """How a sweep value appears in a folder name.
+
+    Integers as themselves; anchored positions compactly (``entity[-1]``,
+    ``user[1][-1]``, ``entity@user[1][0]``, ``entity``); other objects as
+    their keys and values.
+    """
     if isinstance(value, (int, str)):
         return str(value)
+    if isinstance(value, dict):
+        scope = value.get("scope", value)
+        if isinstance(scope, dict) and scope and set(scope) <= {"variable", "segment"}:
+            name = "@".join(str(scope[k]) for k in ("variable", "segment") if k in scope)
+            if set(value) == {"index", "scope"}:
+                return f"{name}[{value['index']}]"
+            if set(value) <= {"variable", "segment"}:
+                return name
+        if set(value) == {"index"}:
+            return str(value["index"])
     text = json.dumps(value, separators=(",", ":"), sort_keys=True)
     for old, new in (('"', ""), ("{", ""), ("}", ""), (":", "="), (",", ";"), ("/", "_")):
         text = text.replace(old, new)

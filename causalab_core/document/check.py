@@ -28,6 +28,9 @@ def check_references(document: Document) -> None:
     inputs = set(document.inputs)
     if len(inputs) != len(document.inputs):
         raise DocumentError("$.inputs: an input is listed twice")
+    for name in document.variables:
+        if name not in inputs:
+            raise DocumentError(f"$.variables.{name}: {name!r} is not one of the inputs {document.inputs}")
     for name, read in document.reads.items():
         if read.input not in inputs:
             raise DocumentError(f"$.reads.{name}.input: {read.input!r} is not one of the inputs {document.inputs}")

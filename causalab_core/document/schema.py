@@ -141,6 +141,10 @@ class Document(Frozen):
     model: ModelSpec
     data: DataSpec
     inputs: list[Name] = Field(["base", "counterfactual"], min_length=1, description="Prompt columns; each is run through the model.")
+    variables: dict[Name, dict[Name, str]] = Field(
+        {}, description="Per input, prompt variables that take their value from another column, e.g. "
+        "{\"counterfactual\": {\"entity\": \"cf_entity\"}}; otherwise a variable is the column of its name."
+    )
     reads: dict[Name, ReadSpec] = {}
     writes: dict[Name, WriteSpec] = {}
     featurizers: dict[Name, FeaturizerSpec] = {}

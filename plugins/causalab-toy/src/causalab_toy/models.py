@@ -10,7 +10,10 @@ from pathlib import Path
 
 CHECKPOINTS = Path(__file__).parent / "checkpoints"
 PREFIX = "causalab-toy/"
-FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json")
+FILES = (
+    "config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+    "chat_template.jinja", "training.json",
+)
 
 
 def names() -> list[str]:

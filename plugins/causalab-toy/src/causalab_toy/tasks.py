@@ -14,11 +14,9 @@ from typing import Callable
 DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 COUNTS = tuple(str(n) for n in range(1, 28))
 NAMES = ("Alice", "Bob", "Carol", "Dave", "Erin", "Frank", "Grace", "Heidi", "Ivan", "Judy", "Mallory", "Oscar")
-OBJECTS = ("key", "ball", "cup", "book", "hat", "coin", "lamp", "pen")
 CHAT_WORDS = ("system", "user", "assistant", "you", "are", "a", "helpful", "hello", "hi", "tell", "me", ".", ",")
 
 WEEKDAY_PROMPT = "Q: what day is {count} days after {day}? A:"
-ENTITY_PROMPT = "{facts} Q: who has the {object}? A:"
 
 
 @dataclass(frozen=True)
@@ -63,41 +61,44 @@ WEEKDAYS = Task(
 )
 
 
-# -- entity binding -----------------------------------------------------------
+# -- entity lookup ------------------------------------------------------------
 
-def _entity_test(holders: tuple[str, ...], objects: tuple[str, ...]) -> bool:
-    # A fixed fifth of (holders, objects) arrangements is held out from training.
-    key = sum(NAMES.index(h) * (i + 3) + OBJECTS.index(o) * (i + 7) for i, (h, o) in enumerate(zip(holders, objects)))
+ORDINALS = ("first", "second", "third", "fourth")
+ENTITY_PROMPT = "{line} are in line. Q: who is {ordinal}? A:"
+
+
+def _entity_test(line: tuple[str, ...], q: int) -> bool:
+    # A fixed fifth of (line, asked place) arrangements is held out from training.
+    key = sum(NAMES.index(n) * (i + 3) for i, n in enumerate(line)) * 5 + q
     return key * 2654435761 % 97 < 20
 
 
-def _facts(holders, objects) -> str:
-    return " ".join(f"{h} has the {o}." for h, o in zip(holders, objects))
+def _line(names) -> str:
+    return ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def _entity_pair(rng: random.Random, test: bool) -> dict:
     while True:
-        names = rng.sample(NAMES, 4)
-        holders, spare = tuple(names[:3]), names[3]
-        objects = tuple(rng.sample(OBJECTS, 3))
-        q = rng.randrange(3)
-        cf_holders = tuple(spare if i == q else h for i, h in enumerate(holders))
-        if _entity_test(holders, objects) == test and _entity_test(cf_holders, objects) == test:
+        names = rng.sample(NAMES, 5)
+        line, spare = tuple(names[:4]), names[4]
+        q = rng.randrange(4)
+        cf_line = tuple(spare if i == q else n for i, n in enumerate(line))
+        if _entity_test(line, q) == test and _entity_test(cf_line, q) == test:
             break
     return {
-        "base": ENTITY_PROMPT.format(facts=_facts(holders, objects), object=objects[q]),
-        "counterfactual": ENTITY_PROMPT.format(facts=_facts(cf_holders, objects), object=objects[q]),
-        "base_answer": " " + holders[q],
-        "cf_answer": " " + cf_holders[q],
-        "entity": holders[q],
-        "cf_entity": cf_holders[q],
-        "object": objects[q],
+        "base": ENTITY_PROMPT.format(line=_line(line), ordinal=ORDINALS[q]),
+        "counterfactual": ENTITY_PROMPT.format(line=_line(cf_line), ordinal=ORDINALS[q]),
+        "base_answer": " " + line[q],
+        "cf_answer": " " + cf_line[q],
+        "entity": line[q],
+        "cf_entity": cf_line[q],
+        "place": ORDINALS[q],
     }
 
 
 ENTITY = Task(
     "entity",
-    ("Q", ":", "who", "has", "the", "?", "A", *NAMES, *OBJECTS, *CHAT_WORDS),
+    ("Q", ":", "who", "is", "are", "in", "line", "and", "?", "A", *NAMES, *ORDINALS, *CHAT_WORDS),
     _entity_pair,
 )
 

@@ -21,8 +21,8 @@ from causalab_toy import tasks
 
 SPECS = {
     "weekdays": {"task": "weekdays", "arch": "llama", "layers": 8, "width": 64, "heads": 4, "steps": 1500, "lr": 2e-3},
-    "weekdays-gpt2": {"task": "weekdays", "arch": "gpt2", "layers": 8, "width": 64, "heads": 4, "steps": 1500, "lr": 2e-3},
-    "entity": {"task": "entity", "arch": "llama", "layers": 6, "width": 96, "heads": 4, "steps": 3000, "lr": 2e-3},
+    "weekdays-gpt2": {"task": "weekdays", "arch": "gpt2", "layers": 8, "width": 64, "heads": 4, "steps": 3000, "lr": 1e-3},
+    "entity": {"task": "entity", "arch": "llama", "layers": 4, "width": 64, "heads": 4, "steps": 2000, "lr": 3e-3},
 }
 BATCH = 64
 
@@ -67,6 +67,7 @@ def accuracy(model, tokenizer, task: str, n: int = 500, split: str = "test") -> 
 
 
 def train(name: str, out: Path, steps: int | None = None, seed: int = 0, log=print) -> dict:
+    # ``log`` takes print's keywords (flush) so progress shows as it happens.
     """Train the named toy model, save it to ``out`` in Hugging Face format, return its facts."""
     spec = SPECS[name]
     steps = spec["steps"] if steps is None else steps
@@ -88,7 +89,7 @@ def train(name: str, out: Path, steps: int | None = None, seed: int = 0, log=pri
         optimizer.step()
         schedule.step()
         if step % 250 == 0 or step == steps - 1:
-            log(f"{name} step {step:5d} loss {loss.item():.4f} ({time.time() - started:.0f} s)")
+            log(f"{name} step {step:5d} loss {loss.item():.4f} ({time.time() - started:.0f} s)", flush=True)
     facts = {
         "name": name, **spec, "steps": steps, "seed": seed, "batch": BATCH,
         "test_accuracy": accuracy(model, tokenizer, spec["task"]),
@@ -100,7 +101,7 @@ def train(name: str, out: Path, steps: int | None = None, seed: int = 0, log=pri
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     (out / "training.json").write_text(json.dumps(facts, indent=1) + "\n")
-    log(f"{name}: test accuracy {facts['test_accuracy']:.4f}, saved to {out}")
+    log(f"{name}: test accuracy {facts['test_accuracy']:.4f}, saved to {out}", flush=True)
     return facts
 
 

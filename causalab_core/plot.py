@@ -1,0 +1,68 @@
+"""Plots of a finished sweep: one PNG per metric, the summary mean at each point."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from causalab_core.compiler.sweep import axis_label
+from causalab_core.errors import OutputError
+
+
+def sweep_table(folder: Path, metric: str) -> tuple[list[str], dict[tuple, float | None]]:
+    """The sweep's axes and each point's summary mean, read from a run's output folder."""
+    document = json.loads((folder / "document.json").read_text())
+    axes = list(document.get("sweep", {}))
+    if not axes:
+        raise OutputError(f"{folder}: the run has no sweep to plot")
+    means = {}
+    for path in sorted(folder.glob(f"*/{metric}.json")):
+        content = json.loads(path.read_text())
+        means[tuple(axis_label(content["point"][a]) for a in axes)] = content["summary"].get("mean")
+    if not means:
+        raise OutputError(f"{folder}: no {metric}.json in any sweep point")
+    return axes, means
+
+
+def plot_metric(folder: Path, metric: str) -> Path:
+    """Write ``<folder>/<metric>.png``: a heatmap over two axes, a line over one."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    axes, means = sweep_table(folder, metric)
+    document = json.loads((folder / "document.json").read_text())
+    values = {a: [axis_label(v) for v in document["sweep"][a]] for a in axes}
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
+    if len(axes) == 1:
+        xs = values[axes[0]]
+        ax.plot(range(len(xs)), [means.get((x,)) for x in xs], marker="o")
+        ax.set_xticks(range(len(xs)), xs)
+        ax.set_xlabel(axes[0])
+        ax.set_ylabel(metric)
+    else:
+        rows, cols = values[axes[1]], values[axes[0]]
+        grid = [[means.get(_key(axes, {axes[0]: c, axes[1]: r}, values)) for c in cols] for r in rows]
+        grid = [[float("nan") if v is None else v for v in row] for row in grid]
+        image = ax.imshow(grid, aspect="auto", cmap="viridis", origin="lower")
+        ax.set_xticks(range(len(cols)), cols)
+        ax.set_yticks(range(len(rows)), rows)
+        ax.set_xlabel(axes[0])
+        ax.set_ylabel(axes[1])
+        for i, row in enumerate(grid):
+            for j, v in enumerate(row):
+                if v == v:  # not NaN
+                    ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="w" if image.norm(v) < 0.5 else "k")
+        fig.colorbar(image, ax=ax, label=metric)
+    ax.set_title(f"{document.get('name') or folder.name}: {metric}")
+    fig.tight_layout()
+    out = folder / f"{metric}.png"
+    fig.savefig(out, metadata={"Software": None})
+    plt.close(fig)
+    return out
+
+
+def _key(axes, chosen, values):
+    # Axes beyond the first two are fixed at their first value.
+    return tuple(chosen.get(a, values[a][0]) for a in axes)

@@ -1,0 +1,90 @@
+"""The shipped toy checkpoints: accurate on held-out prompts, loadable offline by key, reproducible."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from causalab_core import api
+from causalab_core.errors import PlanError
+from causalab_toy import models, tasks
+from causalab_toy.train import SPECS, accuracy, train
+
+ROOT = Path(__file__).parents[3]
+THRESHOLDS = {"weekdays": 0.99, "weekdays-gpt2": 0.99, "entity": 0.95}
+
+
+def load(name: str):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = models.CHECKPOINTS / name
+    return AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
+
+
+def test_the_package_ships_the_promised_models():
+    assert {"weekdays", "entity"} <= set(models.names())
+    for name in models.names():
+        size = sum(p.stat().st_size for p in (models.CHECKPOINTS / name).iterdir())
+        assert size < 4_000_000, f"{name} is {size} bytes: keep shipped checkpoints small"
+        assert (models.CHECKPOINTS / name / "chat_template.jinja").is_file()
+
+
+@pytest.mark.parametrize("name", sorted(THRESHOLDS))
+def test_a_shipped_model_answers_held_out_prompts(name):
+    if name not in models.names():
+        pytest.fail(f"{name} is not shipped")
+    model, tokenizer = load(name)
+    assert accuracy(model, tokenizer, SPECS[name]["task"], n=400) >= THRESHOLDS[name]
+
+
+def test_held_out_prompts_never_appear_in_training():
+    for task in tasks.TASKS:
+        train_prompts = {r[k] for r in tasks.rows(task, 3000, "train") for k in ("base", "counterfactual")}
+        test_prompts = {r[k] for r in tasks.rows(task, 300, "test") for k in ("base", "counterfactual")}
+        assert not train_prompts & test_prompts, task
+
+
+def test_training_is_deterministic_from_the_seed(tmp_path):
+    first = train("weekdays", tmp_path / "a", steps=3, log=lambda *a, **k: None)
+    again = train("weekdays", tmp_path / "b", steps=3, log=lambda *a, **k: None)
+    assert first["test_accuracy"] == again["test_accuracy"]
+    a = (tmp_path / "a" / "model.safetensors").read_bytes()
+    assert a == (tmp_path / "b" / "model.safetensors").read_bytes()
+    model, _ = load_dir(tmp_path / "a")
+    assert model.config.num_hidden_layers == SPECS["weekdays"]["layers"]
+
+
+def load_dir(path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+
+
+def test_a_key_loads_offline_from_the_hugging_face_cache(tmp_path, monkeypatch):
+    from transformers import AutoModelForCausalLM
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    snapshot = models.install("weekdays")
+    assert snapshot.name == models.revision("weekdays")
+    model = AutoModelForCausalLM.from_pretrained("causalab-toy/weekdays", local_files_only=True, cache_dir=tmp_path / "hub")
+    shipped, _ = load("weekdays")
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), shipped.state_dict().values()))
+
+
+def test_a_wrong_revision_is_refused(write_doc):
+    doc = json.loads((ROOT / "documents" / "real" / "weekdays_layer_sweep.json").read_text())
+    doc["model"]["revision"] = "0" * 40
+    doc["data"] = {"rows": tasks.rows("weekdays", 3, "test")}
+    with pytest.raises(PlanError, match=r"\$\.model\.revision: causalab-toy/weekdays is at revision"):
+        api.plan(write_doc(doc))
+
+
+def test_the_real_documents_pin_the_shipped_revisions():
+    for path in sorted((ROOT / "documents").rglob("*.json")):
+        model = json.loads(path.read_text()).get("model", {})
+        if model.get("key", "").startswith("causalab-toy/"):
+            name = model["key"].removeprefix("causalab-toy/")
+            assert model.get("revision") == models.revision(name), path
