@@ -21,7 +21,6 @@ from causalab_toy import tasks
 
 SPECS = {
     "weekdays": {"task": "weekdays", "arch": "llama", "layers": 8, "width": 64, "heads": 4, "steps": 1500, "lr": 2e-3},
-    "weekdays-gpt2": {"task": "weekdays", "arch": "gpt2", "layers": 8, "width": 64, "heads": 4, "steps": 3000, "lr": 1e-3},
     "entity": {"task": "entity", "arch": "llama", "layers": 4, "width": 64, "heads": 4, "steps": 2000, "lr": 3e-3},
 }
 BATCH = 64
