@@ -24,7 +24,9 @@ def test_plugins_lists_the_shipped_plugins_with_versions_hooks_and_digests():
     listing = {p["distribution"]: p for p in json.loads(result.stdout)}
     assert listing["causalab-hooks"]["provides"] == {"engine": ["hooks"]}
     assert listing["causalab-metrics"]["provides"] == {"metric": ["iia", "logit_diff", "p_answer"]}
-    assert listing["causalab-positions"]["provides"] == {"position": ["index"]}
+    assert listing["causalab-positions"]["provides"] == {"position": ["index", "scoped_index", "variable"]}
+    assert listing["causalab-nnterp"]["provides"] == {"engine": ["nnterp"]}
+    assert listing["causalab-toy"]["hooks"] == ["causalab_model_source"]
     assert listing["causalab-metrics"]["hooks"] == ["causalab_metrics"]
     for entry in listing.values():
         assert entry["version"] == "0.1.0"
