@@ -77,7 +77,7 @@ def run(
                              progress=progress(built) if progress else None)
     metrics = score(built, outputs, reg)
     record = run_record(reg, engine=engine, remote=remote, batch_size=batch_size, plan=built)
-    files = output_files(built, metrics, record)
+    files = output_files(built, metrics, record, outputs)
     if out_path is not None:
         write_folder(out_path, files, force)
     return RunResult(built, metrics, record, files, out_path)

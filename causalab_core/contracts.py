@@ -98,10 +98,17 @@ class PositionResolver:
 
 
 class Featurizer:
-    """``featurize(x) -> (f, err)`` and ``inverse(f, err) -> x``, in float32."""
+    """``featurize(x) -> (f, err)`` and ``inverse(f, err) -> x``, in float32.
+
+    A trainable featurizer (``trainable = True``) is also a ``torch.nn.Module``
+    whose ``parameters()`` an engine optimizes when the document asks for
+    training; ``state()`` is what gets saved (safetensors) and ``load_state``
+    puts it back.
+    """
 
     name: ClassVar[str]
     Params: ClassVar[type[BaseModel]] = NoParams
+    trainable: ClassVar[bool] = False
 
     def __init__(self, params: BaseModel, width: int):
         self.params = params
@@ -112,6 +119,14 @@ class Featurizer:
 
     def inverse(self, f: torch.Tensor, err: torch.Tensor | None) -> torch.Tensor:
         raise NotImplementedError
+
+    def state(self) -> dict[str, torch.Tensor]:
+        """The tensors that define this featurizer (empty for a parameter-free one)."""
+        return {}
+
+    def load_state(self, tensors: dict[str, torch.Tensor]) -> None:
+        if tensors:
+            raise ValueError(f"featurizer {self.name!r} has no state to load")
 
 
 # -- metrics ------------------------------------------------------------------

@@ -112,9 +112,35 @@ def dump(obj: Any) -> bytes:
     return (_render(obj, 0) + "\n").encode()
 
 
-def output_files(plan: Plan, metrics: list[MetricResult], run: dict[str, Any]) -> dict[str, bytes]:
+def featurizer_file(plan: Plan, point: Point, fit: Any, state: dict[str, Any], run: dict[str, Any]) -> bytes:
+    """A trained featurizer as safetensors, its identity in the header."""
+    from safetensors.torch import save
+
+    from causalab_core.compiler.featurizers import identity
+
+    write = next(w for w in point.document["writes"].values() if w.get("featurizer") == fit.featurizer.name)
+    metadata = {
+        **identity(plan.model, fit.write.site, write["position"], fit.featurizer),
+        "dtype": plan.model.dtype,
+        "train_data": fit.data_digest,
+        "causalab": run["causalab"]["digest"],
+    }
+    return save({k: v.contiguous() for k, v in state.items()}, metadata=metadata)
+
+
+def output_files(
+    plan: Plan, metrics: list[MetricResult], run: dict[str, Any], outputs: dict[str, Any] | None = None
+) -> dict[str, bytes]:
     """Relative path -> bytes for everything the output folder holds."""
     files = {"document.json": dump(plan.document), "run.json": dump(run)}
+    for point in plan.points:
+        prefix = f"{point.name}/" if point.name else ""
+        for step in point.steps:
+            if step.kind == "fit":
+                if step.path not in (outputs or {}):
+                    raise EngineError(f"the engine returned no trained state for step {step.path!r}")
+                files[f"{prefix}{step.featurizer.name}.safetensors"] = featurizer_file(
+                    plan, point, step, outputs[step.path], run)
     for point in plan.points:
         if point.name:
             files[f"{point.name}/document.json"] = dump(point.document)

@@ -57,3 +57,20 @@ def test_the_plot_lands_in_the_output_folder(tmp_path):
     assert result.exit_code == 0, result.output
     png = (tmp_path / "o" / "iia.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
+
+
+def test_the_recorded_das_rank_curve_is_what_a_fresh_run_gives(tmp_path):
+    section = README.split("## weekdays_das.json")[1]
+    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in section.splitlines() if ln.startswith("| ")][1:]
+    recorded = {("das", int(r[0])): r[1] for r in rows} | {("control", int(r[0])): r[2] for r in rows if r[2]}
+    fresh = {}
+    for label, document in (("das", "weekdays_das.json"), ("control", "weekdays_das_control.json")):
+        result = api.run(ROOT / "documents" / "real" / document, out=tmp_path / label)
+        for point in result.plan.points:
+            folder = tmp_path / label / point.name
+            iia = json.loads((folder / "iia.json").read_text())["summary"]["mean"]
+            diff = json.loads((folder / "logit_diff.json").read_text())["summary"]["mean"]
+            fresh[(label, dict(point.values)["rank"])] = f"{iia:.2f} ({diff:+.1f})"
+            assert (folder / "das.safetensors").is_file()
+    assert fresh == recorded
+    assert max(float(v.split()[0]) for (label, rank), v in fresh.items() if label == "das" and rank <= 8) >= 0.9

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from causalab_core.compiler.prompts import tokenize_inputs
@@ -12,8 +13,9 @@ from causalab_core.contracts import Resolved
 from causalab_core.document import LoadedDocument, check_document
 from causalab_core.document.schema import ReadSpec, WriteSpec
 from causalab_core.errors import PlanError
+from causalab_core.compiler.featurizers import check_loaded, train_rows
 from causalab_core.plan import (
-    FeaturizerRef, MetricPlan, Plan, Point, PositionRecord, Read, Run, Scoring, Write,
+    FeaturizerRef, Fit, MetricPlan, Plan, Point, PositionRecord, Read, Run, Scoring, Write,
 )
 from causalab_core.plugins import Registry
 
@@ -57,11 +59,13 @@ class Compiler:
 
     # -- positions --------------------------------------------------------------
 
-    def resolve(self, input_name: str, spec: Any) -> tuple[Resolved, ...]:
-        key = (input_name, json.dumps(spec, sort_keys=True))
+    def resolve(self, input_name: str, spec: Any, prompts: dict | None = None, dataset: str = "") -> tuple[Resolved, ...]:
+        """Each row's window for a position spec (cached per dataset, input and spec)."""
+        key = (dataset, input_name, json.dumps(spec, sort_keys=True))
         if key not in self._positions:
             resolver = next(r for r in self.resolvers if r.accepts(spec))
-            self._positions[key] = tuple(resolver.resolve(spec, row) for row in self.prompts[input_name])
+            rows = (prompts or self.prompts)[input_name]
+            self._positions[key] = tuple(resolver.resolve(spec, row) for row in rows)
         return self._positions[key]
 
     def record(self, name: str, role: str, input_name: str, resolved: tuple[Resolved, ...]) -> PositionRecord:
@@ -119,8 +123,11 @@ class Compiler:
         records: list[PositionRecord] = []
         reads: dict[str, Read] = {}
         read_inputs: dict[str, str] = {}
+        read_specs: dict[str, ReadSpec] = {}
+        fits: dict[str, Fit] = {}
         for rname, raw in point_doc["reads"].items():
             spec = ReadSpec.model_validate(raw)
+            read_specs[rname] = spec
             site = self.site(spec, f"$.reads.{rname}", name)
             resolved = self.resolve(spec.input, spec.position)
             records.append(self.record(rname, "read", spec.input, resolved))
@@ -139,17 +146,52 @@ class Compiler:
             self._check_write(wname, where, name, site, resolved, source)
             featurizer = None
             if spec.featurizer is not None:
-                fspec = self.doc.featurizers[spec.featurizer]
-                featurizer = FeaturizerRef(spec.featurizer, fspec.kind, fspec.model_dump(exclude={"kind"}))
+                fspec = point_doc["featurizers"][spec.featurizer]
+                params = {k: v for k, v in fspec.items() if k not in ("kind", "train")}
+                if params.get("load") and not Path(params["load"]).is_absolute():
+                    params["load"] = str(self.loaded.data_folder / params["load"])
+                featurizer = FeaturizerRef(spec.featurizer, fspec["kind"], params)
+                check_loaded(featurizer, self.ref, site, spec.position, f"$.featurizers.{spec.featurizer}")
+                if fspec.get("train") and spec.featurizer not in fits:
+                    fits[spec.featurizer] = self.fit(name, featurizer, fspec["train"], spec, reads[spec.source],
+                                                     read_specs[spec.source], site)
             writes.setdefault(spec.input, []).append(
                 Write(wname, spec.source, site, tuple(r.positions for r in resolved), featurizer)
             )
-        steps = self._steps(name, reads, read_inputs, writes)
+        steps = tuple(fits.values()) + self._steps(name, reads, read_inputs, writes)
         metrics = tuple(
             MetricPlan(mname, m.kind, self._path(name, self.metric_step_input(m)), m.model_dump(exclude={"kind", "input"}))
             for mname, m in self.doc.metrics.items()
         )
         return Point(name, values, steps, metrics, tuple(records), tuple(eligible), point_doc)
+
+    def fit(self, point: str, featurizer: FeaturizerRef, train: dict, write: WriteSpec, read: Read,
+            read_spec: ReadSpec, site) -> Fit:
+        """The step that trains ``featurizer`` on the training rows, before this point's runs."""
+        where = f"$.featurizers.{featurizer.name}.train"
+        rows, prompts, dataset = train_rows(self, train, where)
+        source = self.resolve(read_spec.input, read_spec.position, prompts, dataset)
+        target = self.resolve(write.input, write.position, prompts, dataset)
+        for name, resolved in (("read", source), ("write", target)):
+            failed = {i: r.reason for i, r in enumerate(resolved) if r.reason is not None}
+            if failed:
+                raise PlanError(f"{where}: the {name} position has nothing on training row(s) {_some(failed)}")
+        widths = {i: (len(t.positions), len(s.positions)) for i, (t, s) in enumerate(zip(target, source))
+                  if len(t.positions) != len(s.positions)}
+        if widths:
+            raise PlanError(f"{where}: window widths differ between write and read on training row(s) {_some(widths)}")
+        return Fit(
+            path=self._path(point, f"fit/{featurizer.name}"),
+            featurizer=featurizer,
+            read=Read(read.name, read.site, tuple(r.positions for r in source)),
+            write=Write(featurizer.name, read.name, site, tuple(r.positions for r in target), featurizer),
+            source_input=read_spec.input,
+            target_input=write.input,
+            prompts={name: tuple(r.ids for r in prompts[name]) for name in (read_spec.input, write.input)},
+            labels=answer_token(self.shell.tokenizer, rows, train["label"], f"{where}.label"),
+            data_digest=dataset.removeprefix("train:"),
+            epochs=train["epochs"], batch_size=train["batch_size"], lr=train["lr"], seed=train["seed"],
+        )
 
     def _check_write(self, wname, where, point, site, resolved, source: Read) -> None:
         at = f" at sweep point {point}" if point else ""
@@ -201,9 +243,11 @@ class Compiler:
 
     def plan(self) -> Plan:
         built = tuple(self.point(name, values) for name, values in points(self.doc))
-        requires = ("heads",) if any(
-            s.site.component == "head" for p in built for st in p.steps for s in (*st.reads, *st.writes)
-        ) else ()
+        runs = [st for p in built for st in p.steps if st.kind == "run"]
+        requires = tuple(name for name, needed in (
+            ("heads", any(s.site.component == "head" for st in runs for s in (*st.reads, *st.writes))),
+            ("training", any(st.kind == "fit" for p in built for st in p.steps)),
+        ) if needed)
         return Plan(
             model=self.ref,
             rows=len(self.loaded.rows),

@@ -61,6 +61,6 @@ def substitute(document: Document, values: tuple[tuple[str, Any], ...]) -> dict[
 
     data = document.model_dump(mode="json")
     sweep = data.pop("sweep")
-    data = {k: (walk(v) if k in ("reads", "writes") else v) for k, v in data.items()}
+    data = {k: (walk(v) if k in ("reads", "writes", "featurizers") else v) for k, v in data.items()}
     data["sweep"] = {} if values else sweep
     return data

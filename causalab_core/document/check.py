@@ -21,6 +21,10 @@ def _sweep_refs(document: Document) -> list[tuple[str, str]]:
                 value = getattr(spec, field)
                 if isinstance(value, SweepRef):
                     refs.append((f"$.{group}.{name}.{field}", value.sweep))
+    for name, spec in document.featurizers.items():
+        for key, value in spec.model_dump().items():
+            if isinstance(value, dict) and set(value) == {"sweep"}:
+                refs.append((f"$.featurizers.{name}.{key}", value["sweep"]))
     return refs
 
 
@@ -72,8 +76,19 @@ def check_references(document: Document) -> None:
             raise DocumentError(f"$.sweep.{axis}: the axis is not referenced by any read or write")
 
 
+def _sweep_variants(document: Document, spec: Any) -> list[dict]:
+    """A spec's parameters with each swept value filled in (one dict per value of each swept key)."""
+    base = spec.model_dump()
+    variants = [base]
+    for key, value in base.items():
+        if isinstance(value, dict) and set(value) == {"sweep"}:
+            variants = [{**v, key: choice} for v in variants for choice in document.sweep.get(value["sweep"], [])]
+    return variants
+
+
 def _check_params(cls: type, spec: Any, where: str, skip: set[str]) -> Any:
-    data = {k: v for k, v in spec.model_dump().items() if k not in skip}
+    dumped = spec if isinstance(spec, dict) else spec.model_dump()
+    data = {k: v for k, v in dumped.items() if k not in skip}
     try:
         return cls.Params.model_validate(data)
     except ValidationError as exc:
@@ -91,7 +106,10 @@ def check_plugins(document: Document, registry: Registry) -> None:
             _check_params(cls, metric, f"$.metrics.{name}", {"kind", "input"})
         for name, feat in document.featurizers.items():
             cls = registry.get("featurizer", feat.kind, f"$.featurizers.{name}.kind")
-            _check_params(cls, feat, f"$.featurizers.{name}", {"kind"})
+            for values in _sweep_variants(document, feat):
+                _check_params(cls, values, f"$.featurizers.{name}", {"kind", "train"})
+            if feat.train is not None and not getattr(cls, "trainable", False):
+                raise DocumentError(f"$.featurizers.{name}.train: featurizer kind {feat.kind!r} has nothing to train")
         resolvers = [cls() for cls in registry.components("position").values()]
         for group, specs in (("reads", document.reads), ("writes", document.writes)):
             for name, spec in specs.items():

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from causalab_core.document.schema import Document
+from causalab_core.document.schema import DataSpec, Document
 from causalab_core.errors import DocumentError
 
 
@@ -20,6 +20,8 @@ class LoadedDocument:
     document: Document
     source: str
     rows: tuple[dict[str, Any], ...]
+    data_folder: Path
+    """Where relative data paths resolve: --data-root, or the document's folder."""
 
 
 def json_path(loc: tuple[Any, ...], data: Any) -> str:
@@ -85,14 +87,14 @@ def read_json(path: Path) -> Any:
         raise DocumentError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
 
 
-def load_rows(document: Document, base_dir: Path, data_root: Path | None, source: str = "") -> tuple[dict[str, Any], ...]:
-    """The document's rows: inline, or read from its JSONL file."""
-    if document.data.rows is not None:
-        return tuple(document.data.rows)
-    rel = Path(document.data.path)
-    path = rel if rel.is_absolute() else (data_root or base_dir) / rel
+def load_rows(data: DataSpec, folder: Path, source: str = "", where: str = "$.data") -> tuple[dict[str, Any], ...]:
+    """Rows inline, or read from a JSONL file relative to ``folder``."""
+    if data.rows is not None:
+        return tuple(data.rows)
+    rel = Path(data.path)
+    path = rel if rel.is_absolute() else folder / rel
     if not path.is_file():
-        raise DocumentError(f"{source}: $.data.path: data file {str(path)!r} does not exist")
+        raise DocumentError(f"{source}: {where}.path: data file {str(path)!r} does not exist")
     rows = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
@@ -113,5 +115,5 @@ def load_document(path: str | Path, data_root: str | Path | None = None) -> Load
     """Read, parse and validate a document file and load its rows."""
     path = Path(path)
     document = parse_document(read_json(path), str(path))
-    rows = load_rows(document, path.parent, Path(data_root) if data_root else None, str(path))
-    return LoadedDocument(document, str(path), rows)
+    folder = Path(data_root) if data_root else path.parent
+    return LoadedDocument(document, str(path), load_rows(document.data, folder, str(path)), folder)

@@ -117,11 +117,23 @@ class WriteSpec(Frozen):
     featurizer: Name | None = Field(None, description="A featurizer declared under `featurizers`; none swaps the whole vector.")
 
 
+class TrainSpec(Frozen):
+    """Fit a featurizer's parameters before it is used: cross-entropy of ``label`` through the intervened model."""
+
+    data: DataSpec = Field(description="Training rows (same columns as the document's data), e.g. the train split.")
+    label: str = Field(description="Answer column the intervened run should predict (usually the counterfactual's).")
+    epochs: int = Field(3, ge=1)
+    batch_size: int = Field(32, ge=1)
+    lr: float = Field(1e-2, gt=0)
+    seed: int = 0
+
+
 class FeaturizerSpec(BaseModel):
     """A featurizer of a plugin-provided `kind`; its other keys are that kind's parameters."""
 
     model_config = ConfigDict(frozen=True, extra="allow")
     kind: Name
+    train: TrainSpec | None = Field(None, description="Fit the featurizer on these rows first (engines with `training`).")
 
 
 class MetricSpec(BaseModel):

@@ -3,6 +3,7 @@
 from causalab_core.errors import PlanError
 from causalab_core.plan.ir import (
     FeaturizerRef,
+    Fit,
     MetricPlan,
     ModelRef,
     Plan,
@@ -16,6 +17,6 @@ from causalab_core.plan.ir import (
 )
 
 __all__ = [
-    "FeaturizerRef", "MetricPlan", "ModelRef", "Plan", "PlanError", "Point",
+    "FeaturizerRef", "Fit", "MetricPlan", "ModelRef", "Plan", "PlanError", "Point",
     "PositionRecord", "Read", "Run", "Scoring", "Site", "Write",
 ]

@@ -4,10 +4,17 @@ A plan holds only strings, integers, floats, booleans, tuples and dicts of
 them, so it pickles, prints and diffs. Token positions are absolute indices
 into a row's unpadded token sequence; engines add their own padding offsets.
 
-There is one step kind, ``Run``: a forward pass of one input over every row,
-with reads (record activations), writes (swap recorded activations in) and an
-optional scoring (the next-token logits of the answer columns). Plugins extend
-what fills a step (sites, featurizer kinds, metric kinds), not the set of steps.
+There are two step kinds, closed:
+
+- ``Run``: a forward pass of one input over every row, with reads (record
+  activations), writes (swap recorded activations in) and an optional scoring
+  (the next-token logits of the answer columns);
+- ``Fit``: train a featurizer's parameters on training rows by interchange
+  (source read -> featurized swap -> cross-entropy of the label), before the
+  point's runs use it. Needs an engine with the ``training`` capability.
+
+Plugins extend what fills a step (sites, featurizer kinds, metric kinds), not
+the set of steps.
 """
 
 from __future__ import annotations
@@ -106,6 +113,31 @@ class Run:
 
 
 @dataclass(frozen=True)
+class Fit:
+    """Train featurizer ``featurizer`` on training rows; runs of the same point then use it."""
+
+    path: str
+    featurizer: FeaturizerRef
+    read: Read
+    """The source read, with windows over the training rows."""
+    write: Write
+    """The write through the featurizer, with windows over the training rows."""
+    source_input: str
+    target_input: str
+    prompts: dict[str, Rows]
+    """Training rows' token ids for the source and target inputs."""
+    labels: Rows
+    """Per training row: the token id the intervened run should predict."""
+    data_digest: str
+    """sha256 of the training rows, recorded in the trained featurizer's identity."""
+    epochs: int
+    batch_size: int
+    lr: float
+    seed: int
+    kind: Literal["fit"] = "fit"
+
+
+@dataclass(frozen=True)
 class PositionRecord:
     """How one read's or write's position resolved on each row."""
 
@@ -137,7 +169,7 @@ class Point:
     name: str
     """Folder name such as ``layers=0,pos=-4``; empty without a sweep."""
     values: tuple[tuple[str, Any], ...]
-    steps: tuple[Run, ...]
+    steps: tuple[Fit | Run, ...]
     metrics: tuple[MetricPlan, ...]
     positions: tuple[PositionRecord, ...]
     eligible: Rows
@@ -160,7 +192,7 @@ class Plan:
     """Engine capabilities this plan needs (e.g. ``heads``)."""
     document: dict[str, Any] = field(default_factory=dict)
 
-    def steps(self) -> list[Run]:
+    def steps(self) -> list[Fit | Run]:
         return [step for point in self.points for step in point.steps]
 
     def to_dict(self) -> dict[str, Any]:

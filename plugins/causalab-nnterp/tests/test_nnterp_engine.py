@@ -52,3 +52,27 @@ def test_head_writes_match_the_hooks_engine(write_doc, tiny_llama):
     doc["writes"] = {"w1": {"input": "base", "source": "h1", "layer": 2, "site": "head", "head": 1, "position": -4}}
     plan = api.plan(write_doc(doc, weekday_rows(6)))
     EngineConformance().assert_same(NnterpEngine().execute(plan), HooksEngine().execute(plan))
+
+
+def test_a_loaded_das_rotation_applies_as_on_the_hooks_engine(write_doc, tiny_llama, tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    from causalab_core.compiler.featurizers import identity
+    from causalab_core.plan import FeaturizerRef
+    from causalab_hooks.engine import HooksEngine
+
+    doc = sweep_document(str(tiny_llama), layers=[2], positions=[-1])
+    doc.pop("sweep")
+    for spec in (*doc["reads"].values(), *doc["writes"].values()):
+        spec["layer"], spec["position"] = 2, -1
+    probe = api.plan(write_doc(doc, weekday_rows(6), name="probe.json"))
+    site = probe.points[0].steps[-1].writes[0].site
+    torch.manual_seed(0)
+    path = tmp_path / "q.safetensors"
+    save_file({"rotation": torch.linalg.qr(torch.randn(32, 32))[0].contiguous()}, path,
+              metadata=identity(probe.model, site, -1, FeaturizerRef("das", "das", {"rank": 4})))
+    doc["featurizers"] = {"das": {"kind": "das", "rank": 4, "load": str(path)}}
+    doc["writes"]["patch"]["featurizer"] = "das"
+    plan = api.plan(write_doc(doc, weekday_rows(6)))
+    EngineConformance().assert_same(NnterpEngine().execute(plan), HooksEngine().execute(plan))

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 
 import torch
 
 from causalab_core.contracts import Engine
 from causalab_core.errors import EngineError
-from causalab_core.plan import Plan, Run
+from causalab_core.plan import Fit, Plan, Read, Run, Write
 from causalab_core.tensors import Batch, as_heads, batches, featurizer_for, gather, scatter, score
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -22,7 +23,7 @@ class HooksEngine(Engine):
     """Runs in this process on a transformers ``AutoModelForCausalLM``."""
 
     name = "hooks"
-    capabilities = frozenset({"heads"})
+    capabilities = frozenset({"heads", "training"})
 
     def __init__(self, *, device_map: str | None = None):
         super().__init__(device_map=device_map)
@@ -54,35 +55,75 @@ class HooksEngine(Engine):
         model = self.load(plan)
         device = model.get_input_embeddings().weight.device
         results: dict[str, dict[str, torch.Tensor]] = {}
-        with torch.inference_mode():
-            for point in plan.points:
-                store: dict[str, list[torch.Tensor]] = {}
-                for step in point.steps:
-                    results[step.path] = self._run(model, plan, step, store, batch_size, device)
-                    if progress:
-                        progress(step.path)
+        for point in plan.points:
+            store: dict[str, list[torch.Tensor]] = {}
+            fitted: dict[str, object] = {}
+            for step in point.steps:
+                if step.kind == "fit":
+                    fitted[step.featurizer.name] = self._fit(model, step, device)
+                    results[step.path] = fitted[step.featurizer.name].state()
+                else:
+                    featurizers = {w.name: (fitted.get(w.featurizer.name) if w.featurizer else None) or featurizer_for(w)
+                                   for w in step.writes}
+                    with torch.inference_mode():
+                        results[step.path] = self._run(model, plan.prompts[step.input], step, store, batch_size,
+                                                       device, featurizers)
+                if progress:
+                    progress(step.path)
         return results
 
-    def _run(self, model, plan: Plan, step: Run, store, batch_size, device) -> dict[str, torch.Tensor]:
-        logits, lse = [], []
+    def _fit(self, model, fit: Fit, device):
+        """Train the featurizer: source read, featurized swap into the target, cross-entropy of the label."""
+        torch.manual_seed(fit.seed)
+        featurizer = featurizer_for(fit.write)
+        optimizer = torch.optim.Adam(featurizer.parameters(), lr=fit.lr)
+        order = torch.Generator().manual_seed(fit.seed)
+        model.requires_grad_(False)
+        rows = len(fit.labels)
+        for _ in range(fit.epochs):
+            permutation = torch.randperm(rows, generator=order).tolist()
+            for start in range(0, rows, fit.batch_size):
+                idx = permutation[start:start + fit.batch_size]
+                store: dict = {}
+                source = Run("", fit.source_input, reads=(_subset(fit.read, idx),))
+                target = Run("", fit.target_input, writes=(_subset(fit.write, idx),))
+                with torch.no_grad():
+                    self._run(model, _pick(fit.prompts[fit.source_input], idx), source, store, None, device, {})
+                logits = self._run(model, _pick(fit.prompts[fit.target_input], idx), target, store, None, device,
+                                   {fit.write.name: featurizer}, keep_logits=True)["logits"]
+                labels = torch.tensor([fit.labels[i] for i in idx], device=logits.device)
+                loss = torch.nn.functional.cross_entropy(logits.float(), labels)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+        return featurizer.eval()
+
+    def _run(self, model, prompts, step: Run, store, batch_size, device, featurizers,
+             keep_logits=False) -> dict[str, torch.Tensor]:
+        """One run over every row; scores (or, for training, the last-token logits) come back."""
+        logits, lse, last = [], [], []
         for read in step.reads:
-            store[read.name] = [None] * plan.rows
-        for batch in batches(plan.prompts[step.input], batch_size, device):
-            handles = self._attach(model, step, batch, store)
+            store[read.name] = [None] * len(prompts)
+        for batch in batches(prompts, batch_size, device):
+            handles = self._attach(model, step, batch, store, featurizers, stop=not keep_logits)
             try:
-                out = self._forward(model, step, batch)
+                out = self._forward(model, batch)
             finally:
                 for h in handles:
                     h.remove()
-            if step.scoring is not None:
+            if keep_logits:
+                last.append(out.logits[:, -1, :])
+            elif step.scoring is not None:
                 scores = score(out.logits[:, -1, :], step.scoring.token_ids[batch.start:batch.stop])
                 logits.append(scores["answer_logits"])
                 lse.append(scores["logsumexp"])
+        if keep_logits:
+            return {"logits": torch.cat(last)}
         if step.scoring is None:
             return {}
         return {"answer_logits": torch.cat(logits), "logsumexp": torch.cat(lse)}
 
-    def _forward(self, model, step: Run, batch: Batch):
+    def _forward(self, model, batch: Batch):
         try:
             return model(
                 input_ids=batch.input_ids, attention_mask=batch.attention_mask,
@@ -91,7 +132,7 @@ class HooksEngine(Engine):
         except _StopForward:
             return None
 
-    def _attach(self, model, step: Run, batch: Batch, store) -> list:
+    def _attach(self, model, step: Run, batch: Batch, store, featurizers, stop: bool = True) -> list:
         """Register one hook per (module, tensor) that the step reads or writes."""
         by_site = defaultdict(lambda: ([], []))
         for read in step.reads:
@@ -100,11 +141,11 @@ class HooksEngine(Engine):
             by_site[(write.site.module, write.site.tensor)][1].append(write)
         order = [name for name, _ in model.named_modules()]
         stop_after = None
-        if step.scoring is None and not step.writes:
+        if stop and step.scoring is None and not step.writes:
             stop_after = max((order.index(m), m, t) for m, t in by_site)[1:]
         handles = []
         for (module_path, tensor), (reads, writes) in by_site.items():
-            edit = self._editor(reads, writes, batch, store, stop=(module_path, tensor) == stop_after)
+            edit = self._editor(reads, writes, batch, store, featurizers, stop=(module_path, tensor) == stop_after)
             module = model.get_submodule(module_path)
             if tensor == "output":
                 handles.append(module.register_forward_hook(
@@ -114,9 +155,8 @@ class HooksEngine(Engine):
                     lambda mod, args, kwargs, edit=edit: _replace_input(args, kwargs, edit), with_kwargs=True))
         return handles
 
-    def _editor(self, reads, writes, batch: Batch, store, stop: bool):
+    def _editor(self, reads, writes, batch: Batch, store, featurizers, stop: bool):
         """A function of the site's tensor that records reads, applies writes, returns the tensor."""
-        featurizers = {w.name: featurizer_for(w) for w in writes}
         span = slice(batch.start, batch.stop)
 
         def edit(hidden: torch.Tensor) -> torch.Tensor:
@@ -144,3 +184,12 @@ def _replace_input(args, kwargs, edit):
     if args:
         return (edit(args[0]), *args[1:]), kwargs
     return args, {**kwargs, "hidden_states": edit(kwargs["hidden_states"])}
+
+
+def _pick(prompts, idx):
+    return tuple(prompts[i] for i in idx)
+
+
+def _subset(op: Read | Write, idx) -> Read | Write:
+    """A read or write restricted to some rows (windows in the same order as ``idx``)."""
+    return dataclasses.replace(op, windows=tuple(op.windows[i] for i in idx))

@@ -1,0 +1,63 @@
+"""Distributed alignment search: swap a rank-k subspace of an orthogonal rotation of the site.
+
+``featurize(x) = (x Q)[..., :k], (x Q)[..., k:]`` and ``inverse(f, e) = [f, e] Qᵀ``,
+so a swap exchanges the first ``rank`` rotated coordinates and keeps the
+base's other ``width - rank``. Q is kept orthogonal by torch's orthogonal
+parametrization (Cayley map) and computed in float32.
+"""
+
+from __future__ import annotations
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+from torch.nn.utils import parametrizations
+
+from causalab_core.contracts import Featurizer
+
+
+class DASParams(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    rank: int = Field(ge=1, description="Dimensions of the swapped subspace.")
+    load: str | None = Field(None, description="A trained rotation (safetensors written by a causalab run) to use as is.")
+
+
+class DAS(torch.nn.Module, Featurizer):
+    """A learned orthogonal rotation; the first ``rank`` rotated coordinates are the features."""
+
+    name = "das"
+    Params = DASParams
+    trainable = True
+
+    def __init__(self, params: DASParams, width: int):
+        torch.nn.Module.__init__(self)
+        Featurizer.__init__(self, params, width)
+        if params.rank > width:
+            raise ValueError(f"DAS rank {params.rank} exceeds the site width {width}")
+        linear = torch.nn.Linear(width, width, bias=False, dtype=torch.float32)
+        self.rotate = parametrizations.orthogonal(linear, orthogonal_map="cayley")
+        if params.load:
+            from safetensors.torch import load_file
+
+            self.load_state(load_file(params.load))
+
+    @property
+    def rotation(self) -> torch.Tensor:
+        return self.rotate.weight
+
+    def featurize(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        rotated = x.float() @ self.rotation.to(x.device)
+        k = self.params.rank
+        return rotated[..., :k], rotated[..., k:]
+
+    def inverse(self, f: torch.Tensor, err: torch.Tensor) -> torch.Tensor:
+        return torch.cat([f, err], dim=-1) @ self.rotation.to(f.device).T
+
+    def state(self) -> dict[str, torch.Tensor]:
+        return {"rotation": self.rotation.detach().cpu().contiguous()}
+
+    def load_state(self, tensors: dict[str, torch.Tensor]) -> None:
+        rotation = tensors["rotation"].float()
+        if rotation.shape != (self.width, self.width):
+            raise ValueError(f"rotation of shape {tuple(rotation.shape)} does not fit width {self.width}")
+        with torch.no_grad():
+            self.rotate.weight = rotation

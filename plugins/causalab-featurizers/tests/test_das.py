@@ -1,0 +1,135 @@
+"""DAS: the contract, an independent check against pyvene, training, saved identity."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from causalab_core import api
+from causalab_core.errors import PlanError
+from causalab_core.testing.conformance import FeaturizerConformance
+from causalab_core.testing.data import sweep_document, weekday_rows
+from causalab_featurizers.das import DAS
+
+
+class TestConformance(FeaturizerConformance):
+    @pytest.fixture
+    def featurizer(self):
+        torch.manual_seed(0)
+        return DAS(DAS.Params(rank=3), width=8)
+
+
+def test_the_rotation_stays_orthogonal_and_round_trips_through_its_state():
+    torch.manual_seed(1)
+    das = DAS(DAS.Params(rank=2), width=16)
+    q = das.rotation
+    torch.testing.assert_close(q @ q.T, torch.eye(16), atol=1e-5, rtol=0)
+    other = DAS(DAS.Params(rank=2), width=16)
+    other.load_state(das.state())
+    torch.testing.assert_close(other.rotation, q, atol=1e-6, rtol=0)
+
+
+def das_document(model_key: str, rank: int, **featurizer) -> dict:
+    doc = sweep_document(model_key, layers=[1], positions=[-4])
+    doc.pop("sweep")
+    doc["featurizers"] = {"das": {"kind": "das", "rank": rank, **featurizer}}
+    for spec in (*doc["reads"].values(), *doc["writes"].values()):
+        spec["layer"], spec["position"] = 1, -4
+    doc["writes"]["patch"]["featurizer"] = "das"
+    return doc
+
+
+def saved_rotation(tmp_path, write_doc, model_key, rank=3):
+    torch.manual_seed(7)
+    q = torch.linalg.qr(torch.randn(32, 32))[0]
+    path = tmp_path / "q.safetensors"
+    from safetensors.torch import save_file
+
+    from causalab_core.compiler.featurizers import identity
+    from causalab_core.plan import FeaturizerRef
+
+    plan = api.plan(write_doc(sweep_document(model_key, layers=[1], positions=[-4]), weekday_rows(4), name="probe.json"))
+    site = plan.points[0].steps[-1].writes[0].site
+    meta = identity(plan.model, site, -4, FeaturizerRef("das", "das", {"rank": rank}))
+    save_file({"rotation": q.contiguous()}, path, metadata=meta)
+    return q, path
+
+
+def test_das_application_matches_pyvenes_rotated_space_intervention(tmp_path, write_doc, tiny_llama):
+    pv = pytest.importorskip("pyvene")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from causalab_hooks.engine import HooksEngine
+
+    q, path = saved_rotation(tmp_path, write_doc, str(tiny_llama))
+    rows = weekday_rows(10, seed=5)
+    plan = api.plan(write_doc(das_document(str(tiny_llama), 3, load=str(path)), rows))
+    got = HooksEngine().execute(plan)[plan.points[0].steps[-1].path]["answer_logits"]
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama).eval()
+    tok = AutoTokenizer.from_pretrained(tiny_llama)
+    config = pv.IntervenableConfig([{"layer": 1, "component": "block_output",
+                                     "intervention_type": pv.RotatedSpaceIntervention}])
+    intervenable = pv.IntervenableModel(config, model)
+    intervention = next(iter(intervenable.interventions.values()))
+    intervention = intervention[0] if isinstance(intervention, tuple) else intervention
+    intervention.rotate_layer.weight = q
+    intervention.set_interchange_dim(3)
+    base = tok([r["base"] for r in rows], return_tensors="pt")
+    source = tok([r["counterfactual"] for r in rows], return_tensors="pt")
+    where = [[[base.input_ids.shape[1] - 4]] * len(rows)]
+    with torch.no_grad():
+        _, out = intervenable(base, [source], {"sources->base": (where, where)})
+    ids = torch.tensor(plan.points[0].steps[-1].scoring.token_ids)
+    torch.testing.assert_close(got, out.logits[:, -1].float().gather(1, ids), atol=1e-5, rtol=0)
+
+
+def test_training_is_seeded_and_the_file_carries_its_identity(tmp_path, write_doc, tiny_llama):
+    from safetensors import safe_open
+
+    train = {"data": {"path": "rows.jsonl"}, "label": "cf_answer", "epochs": 2, "batch_size": 8, "lr": 0.05, "seed": 3}
+    path = write_doc(das_document(str(tiny_llama), 2, train=train), weekday_rows(24))
+    api.run(path, out=tmp_path / "a")
+    api.run(path, out=tmp_path / "b")
+    with safe_open(tmp_path / "a" / "das.safetensors", framework="pt") as f:
+        meta = f.metadata()
+        rotation = f.get_tensor("rotation")
+    with safe_open(tmp_path / "b" / "das.safetensors", framework="pt") as f:
+        assert f.metadata() == meta and torch.equal(f.get_tensor("rotation"), rotation)
+    assert {k: meta[k] for k in ("kind", "site", "layer", "position", "rank", "model_key")} == {
+        "kind": "das", "site": "block_output", "layer": "1", "position": "-4", "rank": "2", "model_key": str(tiny_llama)}
+    assert len(meta["train_data"]) == 64 and len(meta["causalab"]) == 64
+    assert not torch.allclose(rotation, torch.eye(32))
+
+    # Reloaded by path, the trained rotation gives the same scores without training again.
+    again = write_doc(das_document(str(tiny_llama), 2, load=str(tmp_path / "a" / "das.safetensors")), name="load.json")
+    api.run(again, out=tmp_path / "c")
+    assert (tmp_path / "a" / "iia.json").read_bytes() == (tmp_path / "c" / "iia.json").read_bytes()
+
+
+@pytest.mark.parametrize("change,field", [({"layer": 2}, "layer"), ({"site": "block_input"}, "site")])
+def test_a_file_trained_elsewhere_is_refused_naming_the_field(change, field, tmp_path, write_doc, tiny_llama):
+    _, path = saved_rotation(tmp_path, write_doc, str(tiny_llama))
+    doc = das_document(str(tiny_llama), 3, load=str(path))
+    for spec in (*doc["reads"].values(), *doc["writes"].values()):
+        spec.update(change)
+    with pytest.raises(PlanError, match=f"was trained with {field} = "):
+        api.plan(write_doc(doc, weekday_rows(4)))
+
+
+def test_a_rank_mismatch_is_refused(tmp_path, write_doc, tiny_llama):
+    _, path = saved_rotation(tmp_path, write_doc, str(tiny_llama), rank=3)
+    with pytest.raises(PlanError, match="was trained with rank = '3', this document has '4'"):
+        api.plan(write_doc(das_document(str(tiny_llama), 4, load=str(path)), weekday_rows(4)))
+
+
+def test_an_engine_without_training_refuses_before_loading_weights(tmp_path, write_doc, tiny_llama):
+    from causalab_core.errors import EngineError
+
+    train = {"data": {"path": "rows.jsonl"}, "label": "cf_answer"}
+    path = write_doc(das_document(str(tiny_llama), 2, train=train), weekday_rows(8))
+    with pytest.raises(EngineError, match="engine 'nnterp' cannot run this document: it needs training"):
+        api.run(path, engine="nnterp")
+    assert json.loads(path.read_text())["featurizers"]["das"]["rank"] == 2
