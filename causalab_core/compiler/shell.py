@@ -52,7 +52,7 @@ class Shell:
         heads = c.num_attention_heads
         return ModelRef(
             key=key, revision=revision, dtype=dtype, source=str(self.source),
-            architecture=type(self.module).__name__, layers=c.num_hidden_layers,
+            architecture=type(self.module).__name__, layers_path=self.layers_path, layers=c.num_hidden_layers,
             width=c.hidden_size, heads=heads,
             head_dim=getattr(c, "head_dim", None) or c.hidden_size // heads,
             vocab=c.vocab_size,

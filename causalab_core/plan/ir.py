@@ -35,6 +35,8 @@ class ModelRef:
     source: str
     """Local directory the checkpoint was found in, on the compiling machine."""
     architecture: str
+    layers_path: str
+    """Dotted path of the list of blocks (e.g. ``model.layers``)."""
     layers: int
     width: int
     heads: int

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections import defaultdict
 
@@ -11,6 +12,7 @@ from causalab_core.contracts import Engine
 from causalab_core.errors import EngineError
 from causalab_core.plan import Fit, Plan, Read, Run, Write
 from causalab_core.tensors import Batch, as_heads, batches, featurizer_for, gather, scatter, score
+from causalab_hooks.reuse import first_written_layer, is_shared, shared_reads, skipped_blocks
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -25,8 +27,10 @@ class HooksEngine(Engine):
     name = "hooks"
     capabilities = frozenset({"heads", "training"})
 
-    def __init__(self, *, device_map: str | None = None):
+    def __init__(self, *, device_map: str | None = None, optimize: bool = True):
         super().__init__(device_map=device_map)
+        self.optimize = optimize
+        """Share read-only forwards across points and reuse clean prefixes (results are bit-identical)."""
         self._models: dict[tuple, torch.nn.Module] = {}
 
     def load(self, plan: Plan) -> torch.nn.Module:
@@ -55,22 +59,56 @@ class HooksEngine(Engine):
         model = self.load(plan)
         device = model.get_input_embeddings().weight.device
         results: dict[str, dict[str, torch.Tensor]] = {}
+        stores: dict[str, dict] = {point.name: {} for point in plan.points}
+        if self.optimize:
+            self._shared_reads(model, plan, stores, batch_size, device)
+        prefixes: dict = {}
         for point in plan.points:
-            store: dict[str, list[torch.Tensor]] = {}
+            store = stores[point.name]
             fitted: dict[str, object] = {}
             for step in point.steps:
                 if step.kind == "fit":
                     fitted[step.featurizer.name] = self._fit(model, step, device)
                     results[step.path] = fitted[step.featurizer.name].state()
+                elif self.optimize and is_shared(step):
+                    results[step.path] = {}
                 else:
                     featurizers = {w.name: (fitted.get(w.featurizer.name) if w.featurizer else None) or featurizer_for(w)
                                    for w in step.writes}
+                    skip = first_written_layer(step) if self.optimize else 0
                     with torch.inference_mode():
                         results[step.path] = self._run(model, plan.prompts[step.input], step, store, batch_size,
-                                                       device, featurizers)
+                                                       device, featurizers, prefix=(plan, prefixes, skip))
                 if progress:
                     progress(step.path)
         return results
+
+    def _shared_reads(self, model, plan: Plan, stores, batch_size, device) -> None:
+        """One forward per batch per input for every point's read-only runs."""
+        for input_name, merged in shared_reads(plan.points).items():
+            found: dict = {}
+            with torch.inference_mode():
+                self._run(model, plan.prompts[input_name], merged, found, batch_size, device, {})
+            for key, values in found.items():
+                point, read = key.rsplit("/", 1)
+                stores[point][read] = values
+
+    def _prefix(self, model, plan: Plan, prefixes, input_name: str, layer: int, batch: Batch):
+        """Block ``layer - 1``'s clean output for this batch (one clean forward serves every layer)."""
+        key = (input_name, batch.start, batch.stop)
+        if key not in prefixes:
+            outputs = {}
+            prefixes[key] = outputs
+            handles = []
+            for i, block in enumerate(model.get_submodule(plan.model.layers_path)):
+                handles.append(block.register_forward_hook(
+                    lambda mod, args, output, i=i: outputs.__setitem__(i, output)))
+            try:
+                self._forward(model, batch)
+            finally:
+                for h in handles:
+                    h.remove()
+        return prefixes[key][layer - 1]
 
     def _fit(self, model, fit: Fit, device):
         """Train the featurizer: source read, featurized swap into the target, cross-entropy of the label."""
@@ -99,15 +137,25 @@ class HooksEngine(Engine):
         return featurizer.eval()
 
     def _run(self, model, prompts, step: Run, store, batch_size, device, featurizers,
-             keep_logits=False) -> dict[str, torch.Tensor]:
-        """One run over every row; scores (or, for training, the last-token logits) come back."""
+             keep_logits=False, prefix=None) -> dict[str, torch.Tensor]:
+        """One run over every row; scores (or, for training, the last-token logits) come back.
+
+        ``prefix`` = (plan, cache, layer): start each batch's forward at block ``layer``,
+        taking the blocks below from the input's clean run.
+        """
         logits, lse, last = [], [], []
         for read in step.reads:
             store[read.name] = [None] * len(prompts)
         for batch in batches(prompts, batch_size, device):
+            skip = contextlib.nullcontext()
+            if prefix and prefix[2] > 0:
+                plan, cache, layer = prefix
+                cached = self._prefix(model, plan, cache, step.input, layer, batch)
+                skip = skipped_blocks(model, plan.model.layers_path, layer, cached)
             handles = self._attach(model, step, batch, store, featurizers, stop=not keep_logits)
             try:
-                out = self._forward(model, batch)
+                with skip:
+                    out = self._forward(model, batch)
             finally:
                 for h in handles:
                     h.remove()
