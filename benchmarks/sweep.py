@@ -1,0 +1,191 @@
+"""A layer x position interchange sweep, timed side by side: causalab's engines, pyvene, and the floor.
+
+    .venv/bin/python benchmarks/sweep.py [--repeats 3] [--json out.json] [--scaling]
+
+The floor is the least work the sweep needs, hand-written in torch: one
+counterfactual forward that captures every needed activation, then one patched
+forward per sweep point, all rows in one batch. pyvene does the same
+interchanges the way its users write them (one IntervenableModel per point).
+causalab runs from the document, end to end (compile, execute, write), with
+weights already loaded, so every contender pays only for the sweep. Repeats
+are interleaved and the table shows medians; read the ratios, not the seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from causalab_core import api
+from causalab_core.compiler import load_shell
+from causalab_core.plugins import registry
+from causalab_core.results import output_files, score, write_folder
+from causalab_core.provenance import run_record
+from causalab_core.testing import models
+from causalab_core.testing.data import weekday_rows
+
+ROOT = Path(__file__).parent.parent
+
+
+def sweep_doc(key: str, layers: int, positions: list[int], rows_path: Path) -> dict:
+    site = {"layer": {"sweep": "layers"}, "site": "block_input", "position": {"sweep": "pos"}}
+    return {
+        "version": "2", "model": {"key": key}, "data": {"path": str(rows_path)},
+        "reads": {"cf": {"input": "counterfactual", **site}},
+        "writes": {"patch": {"input": "base", "source": "cf", **site}},
+        "metrics": {"iia": {"kind": "iia", "choices": ["base_answer", "cf_answer"], "label": "cf_answer"}},
+        "sweep": {"layers": list(range(layers)), "pos": positions},
+    }
+
+
+class Causalab:
+    """End to end from the document through one engine instance (weights loaded once)."""
+
+    def __init__(self, engine: str, **options):
+        self.engine = registry().get("engine", engine)(**options)
+        self.split = {}
+
+    def __call__(self, doc_path: Path, out: Path) -> int:
+        t0 = time.perf_counter()
+        plan = api.plan(doc_path)
+        t1 = time.perf_counter()
+        outputs = self.engine.execute(plan)
+        t2 = time.perf_counter()
+        record = run_record(registry(), engine=self.engine.name, remote=False, batch_size=None, plan=plan)
+        write_folder(out, output_files(plan, score(plan, outputs, registry()), record, outputs), force=True)
+        t3 = time.perf_counter()
+        self.split = {"compile": t1 - t0, "execute": t2 - t1, "write": t3 - t2}
+        return len(plan.points)
+
+
+def tensors(model_dir: Path, rows: list[dict]):
+    tok = load_shell(model_dir).tokenizer
+    base = torch.tensor(tok([r["base"] for r in rows])["input_ids"])
+    cf = torch.tensor(tok([r["counterfactual"] for r in rows])["input_ids"])
+    return base, cf
+
+
+def floor(model, base, cf, layers: int, positions: list[int]) -> int:
+    """One counterfactual forward capturing every block input, then one patched forward per point."""
+    blocks = model.get_submodule(load_layers_path(model))
+    captured = {}
+    handles = [b.register_forward_pre_hook(lambda m, a, i=i: captured.__setitem__(i, a[0].clone()))
+               for i, b in enumerate(blocks)]
+    with torch.inference_mode():
+        model(input_ids=cf, use_cache=False, logits_to_keep=1)
+        for h in handles:
+            h.remove()
+        forwards = 1
+        for layer in range(layers):
+            for pos in positions:
+                def patch(m, a, layer=layer, pos=pos):
+                    h = a[0].clone()
+                    h[:, pos] = captured[layer][:, pos]
+                    return (h, *a[1:])
+                handle = blocks[layer].register_forward_pre_hook(patch)
+                model(input_ids=base, use_cache=False, logits_to_keep=1).logits[:, -1].float()
+                handle.remove()
+                forwards += 1
+    return forwards
+
+
+def load_layers_path(model) -> str:
+    return "model.layers" if hasattr(model, "model") else "transformer.h"
+
+
+def pyvene(model, base, cf, layers: int, positions: list[int]) -> int:
+    import pyvene as pv
+
+    forwards = 0
+    with torch.inference_mode():
+        for layer in range(layers):
+            config = pv.IntervenableConfig([{"layer": layer, "component": "block_input",
+                                             "intervention_type": pv.VanillaIntervention}])
+            intervenable = pv.IntervenableModel(config, model)
+            for pos in positions:
+                where = [[[pos % base.shape[1]]] * base.shape[0]]
+                _, out = intervenable({"input_ids": base}, [{"input_ids": cf}], {"sources->base": (where, where)})
+                out.logits[:, -1].float()
+                forwards += 2
+    return forwards
+
+
+def bench(label: str, model_dir: Path, key: str, rows: int, positions: list[int], repeats: int) -> dict:
+    from transformers import AutoModelForCausalLM
+
+    layers = json.loads((model_dir / "config.json").read_text())["num_hidden_layers"]
+    data = weekday_rows(rows, seed=11)
+    scratch = Path(tempfile.mkdtemp())
+    (scratch / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in data))
+    doc = scratch / "doc.json"
+    doc.write_text(json.dumps(sweep_doc(key, layers, positions, scratch / "rows.jsonl")))
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    base, cf = tensors(model_dir, data)
+    contenders = {
+        "floor": lambda: floor(model, base, cf, layers, positions),
+        "causalab hooks": Causalab("hooks"),
+        "hooks, no reuse": Causalab("hooks", optimize=False),
+        "causalab nnterp": Causalab("nnterp"),
+        "pyvene": lambda: pyvene(model, base, cf, layers, positions),
+    }
+    forwards = {"causalab hooks": 2 + len(positions) * layers, "hooks, no reuse": 2 * len(positions) * layers,
+                "causalab nnterp": 2 * len(positions) * layers}
+    times = {name: [] for name in contenders}
+    splits = {}
+    for repeat in range(repeats + 1):  # the first round warms up (loads weights), untimed
+        for name, run in contenders.items():
+            t = time.perf_counter()
+            got = run(doc, scratch / "out") if isinstance(run, Causalab) else run()
+            if repeat:
+                times[name].append(time.perf_counter() - t)
+            forwards.setdefault(name, got)
+            if isinstance(run, Causalab):
+                splits[name] = run.split
+    medians = {n: statistics.median(t) for n, t in times.items()}
+    return {"model": label, "points": layers * len(positions), "rows": rows, "median_s": medians,
+            "ratio_to_floor": {n: medians[n] / medians["floor"] for n in medians}, "forwards": forwards,
+            "split_s": splits}
+
+
+def print_table(results: list[dict]) -> None:
+    for r in results:
+        print(f"\n{r['model']}: {r['points']} points x {r['rows']} rows")
+        print(f"  {'contender':<18} {'median s':>9} {'x floor':>8} {'forwards':>9}   compile / execute / write")
+        for name, seconds in r["median_s"].items():
+            split = r["split_s"].get(name)
+            parts = " / ".join(f"{split[k]:.3f}" for k in ("compile", "execute", "write")) if split else ""
+            print(f"  {name:<18} {seconds:>9.3f} {r['ratio_to_floor'][name]:>7.2f}x {r['forwards'][name]:>9}   {parts}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--scaling", action="store_true", help="Also 32 and 128 points, 40 and 400 rows, on the wide model.")
+    args = parser.parse_args()
+    from causalab_toy.models import install
+
+    weekdays = install("weekdays")
+    wide = models.build(Path(tempfile.mkdtemp()) / "wide", arch="llama", layers=8, width=256, heads=8)
+    results = [
+        bench("toy weekdays (8L, d64)", weekdays, "causalab-toy/weekdays", 60, [-4, -1], args.repeats),
+        bench("synthetic llama (8L, d256)", wide, str(wide), 40, [-4, -1], args.repeats),
+    ]
+    if args.scaling:
+        many = models.build(Path(tempfile.mkdtemp()) / "deep", arch="llama", layers=32, width=256, heads=8)
+        for rows in (40, 400):
+            results.append(bench("synthetic llama (32L, d256)", many, str(many), rows, [-4, -1], 1))
+            results.append(bench("synthetic llama (32L, d256)", many, str(many), rows, [-7, -6, -5, -4], 1))
+    print_table(results)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
