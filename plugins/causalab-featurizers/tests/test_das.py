@@ -125,11 +125,42 @@ def test_a_rank_mismatch_is_refused(tmp_path, write_doc, tiny_llama):
         api.plan(write_doc(das_document(str(tiny_llama), 4, load=str(path)), weekday_rows(4)))
 
 
+def test_hooks_and_nnterp_train_the_same_rotation(tmp_path, write_doc, tiny_llama):
+    from safetensors.torch import load_file
+
+    train = {"data": {"path": "rows.jsonl"}, "label": "cf_answer", "epochs": 2, "batch_size": 8, "lr": 0.05, "seed": 3}
+    path = write_doc(das_document(str(tiny_llama), 2, train=train), weekday_rows(24))
+    api.run(path, out=tmp_path / "hooks", engine="hooks")
+    api.run(path, out=tmp_path / "nnterp", engine="nnterp")
+    hooks = load_file(tmp_path / "hooks" / "das.safetensors")["rotation"]
+    nnterp = load_file(tmp_path / "nnterp" / "das.safetensors")["rotation"]
+    # Forward passes agree to ~1e-8; six Adam steps carry that to ~1e-4 in the rotation.
+    torch.testing.assert_close(nnterp, hooks, atol=1e-3, rtol=0)
+    assert (tmp_path / "hooks" / "iia.json").read_bytes() == (tmp_path / "nnterp" / "iia.json").read_bytes()
+
+
 def test_an_engine_without_training_refuses_before_loading_weights(tmp_path, write_doc, tiny_llama):
+    from causalab_core import hookimpl
+    from causalab_core.contracts import Engine
     from causalab_core.errors import EngineError
+    from causalab_core.plugins import build_registry
+
+    class Loader(Engine):
+        name = "inference-only"
+
+        def execute(self, plan, **options):
+            raise AssertionError("must be refused before running")
+
+    class Plugin:
+        __name__ = "inference-only-plugin"
+
+        @staticmethod
+        @hookimpl
+        def causalab_engines():
+            return [Loader]
 
     train = {"data": {"path": "rows.jsonl"}, "label": "cf_answer"}
     path = write_doc(das_document(str(tiny_llama), 2, train=train), weekday_rows(8))
-    with pytest.raises(EngineError, match="engine 'nnterp' cannot run this document: it needs training"):
-        api.run(path, engine="nnterp")
+    with pytest.raises(EngineError, match="engine 'inference-only' cannot run this document: it needs training"):
+        api.run(path, engine="inference-only", registry=build_registry(extra=(Plugin,)))
     assert json.loads(path.read_text())["featurizers"]["das"]["rank"] == 2

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections import defaultdict
 
 import torch
 
 from causalab_core.contracts import Engine
 from causalab_core.errors import EngineError
-from causalab_core.plan import Fit, Plan, Read, Run, Write
+from causalab_core.plan import Fit, Plan, Run
+from causalab_core.training import fit_featurizer, minibatch
 from causalab_core.tensors import Batch, as_heads, batches, featurizer_for, gather, scatter, score
 from causalab_hooks.reuse import first_written_layer, is_shared, shared_reads, skipped_blocks
 
@@ -112,29 +112,18 @@ class HooksEngine(Engine):
 
     def _fit(self, model, fit: Fit, device):
         """Train the featurizer: source read, featurized swap into the target, cross-entropy of the label."""
-        torch.manual_seed(fit.seed)
-        featurizer = featurizer_for(fit.write)
-        optimizer = torch.optim.Adam(featurizer.parameters(), lr=fit.lr)
-        order = torch.Generator().manual_seed(fit.seed)
         model.requires_grad_(False)
-        rows = len(fit.labels)
-        for _ in range(fit.epochs):
-            permutation = torch.randperm(rows, generator=order).tolist()
-            for start in range(0, rows, fit.batch_size):
-                idx = permutation[start:start + fit.batch_size]
-                store: dict = {}
-                source = Run("", fit.source_input, reads=(_subset(fit.read, idx),))
-                target = Run("", fit.target_input, writes=(_subset(fit.write, idx),))
-                with torch.no_grad():
-                    self._run(model, _pick(fit.prompts[fit.source_input], idx), source, store, None, device, {})
-                logits = self._run(model, _pick(fit.prompts[fit.target_input], idx), target, store, None, device,
-                                   {fit.write.name: featurizer}, keep_logits=True)["logits"]
-                labels = torch.tensor([fit.labels[i] for i in idx], device=logits.device)
-                loss = torch.nn.functional.cross_entropy(logits.float(), labels)
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-        return featurizer.eval()
+
+        def backward(featurizer, idx):
+            source, source_prompts, target, target_prompts, labels = minibatch(fit, idx)
+            store: dict = {}
+            with torch.no_grad():
+                self._run(model, source_prompts, source, store, None, device, {})
+            logits = self._run(model, target_prompts, target, store, None, device, {fit.write.name: featurizer},
+                               keep_logits=True)["logits"]
+            torch.nn.functional.cross_entropy(logits.float(), labels.to(logits.device)).backward()
+
+        return fit_featurizer(fit, backward)
 
     def _run(self, model, prompts, step: Run, store, batch_size, device, featurizers,
              keep_logits=False, prefix=None) -> dict[str, torch.Tensor]:
@@ -233,11 +222,3 @@ def _replace_input(args, kwargs, edit):
         return (edit(args[0]), *args[1:]), kwargs
     return args, {**kwargs, "hidden_states": edit(kwargs["hidden_states"])}
 
-
-def _pick(prompts, idx):
-    return tuple(prompts[i] for i in idx)
-
-
-def _subset(op: Read | Write, idx) -> Read | Write:
-    """A read or write restricted to some rows (windows in the same order as ``idx``)."""
-    return dataclasses.replace(op, windows=tuple(op.windows[i] for i in idx))

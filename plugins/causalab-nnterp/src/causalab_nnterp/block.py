@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from causalab_core.tensors import SITE_ORDER, as_heads, batches, featurizer_for, gather, scatter, score
+from causalab_core.training import fit_featurizer, minibatch
 
 # nnterp's standardized accessors for each site (heads go through the attention module).
 ACCESSORS = {
@@ -39,14 +40,17 @@ def visit_order(step):
     return [groups[key] for key in sorted(groups)]
 
 
-def run_step(model, plan, step, store, batch_size):
-    """One plan step over every batch of rows: one trace per batch."""
+def run_step(model, prompts, step, store, batch_size, featurizers, labels=None):
+    """One plan step over every batch of rows: one trace per batch.
+
+    With ``labels`` (training), the cross-entropy of the last-token logits is
+    back-propagated inside the trace, where the graph through the model lives.
+    """
     for read in step.reads:
-        store[read.name] = [None] * plan.rows
-    featurizers = {write.name: featurizer_for(write) for write in step.writes}
+        store[read.name] = [None] * len(prompts)
     scored = []
     # Batches are built on the CPU: nnsight moves a trace's inputs to the model's device.
-    for batch in batches(plan.prompts[step.input], batch_size, "cpu"):
+    for batch in batches(prompts, batch_size, "cpu"):
         span = slice(batch.start, batch.stop)
         with model.trace(batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,
                          use_cache=False, logits_to_keep=1):
@@ -57,19 +61,42 @@ def run_step(model, plan, step, store, batch_size):
                 for write in writes:
                     scatter(as_heads(hidden, site), write.windows[span], batch.offsets,
                             store[write.source][span], featurizers[write.name])
-            if step.scoring is not None:
+            if labels is not None:
+                logits = model.logits[:, -1, :].float()
+                torch.nn.functional.cross_entropy(logits, labels[span].to(logits.device)).backward()
+            elif step.scoring is not None:
                 scored.append(score(model.logits[:, -1, :], step.scoring.token_ids[span]))
     if not scored:
         return {}
     return {name: torch.cat([s[name] for s in scored]) for name in scored[0]}
 
 
+def fit(model, step):
+    """Train a featurizer (a plan's Fit step) inside the session; its state comes home in the results."""
+    model.requires_grad_(False)
+
+    def backward(featurizer, idx):
+        source, source_prompts, target, target_prompts, labels = minibatch(step, idx)
+        store = {}
+        with torch.no_grad():
+            run_step(model, source_prompts, source, store, None, {})
+        run_step(model, target_prompts, target, store, None, {step.write.name: featurizer}, labels=labels)
+
+    return fit_featurizer(step, backward)
+
+
 def run_plan(model, plan, batch_size):
     """Every step of every point; returns ``{step path: {name: tensor}}`` (CPU tensors)."""
     results = {}
-    with torch.no_grad():
-        for point in plan.points:
-            store = {}
-            for step in point.steps:
-                results[step.path] = run_step(model, plan, step, store, batch_size)
+    for point in plan.points:
+        store, fitted = {}, {}
+        for step in point.steps:
+            if step.kind == "fit":
+                fitted[step.featurizer.name] = fit(model, step)
+                results[step.path] = {k: v.detach().cpu() for k, v in fitted[step.featurizer.name].state().items()}
+                continue
+            featurizers = {w.name: (fitted.get(w.featurizer.name) if w.featurizer else None) or featurizer_for(w)
+                           for w in step.writes}
+            with torch.no_grad():
+                results[step.path] = run_step(model, plan.prompts[step.input], step, store, batch_size, featurizers)
     return results

@@ -31,7 +31,7 @@ class NnterpEngine(Engine):
     """Runs a plan inside one ``model.session(remote=...)``; only the flat results come back."""
 
     name = "nnterp"
-    capabilities = frozenset({"remote", "heads"})
+    capabilities = frozenset({"remote", "heads", "training"})
 
     def __init__(self, *, device_map: str | None = None):
         super().__init__(device_map=device_map)

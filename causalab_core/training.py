@@ -1,0 +1,44 @@
+"""The training loop a `Fit` step runs, shared by every engine (and so the same on each)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import torch
+
+from causalab_core.plan import Fit, Read, Run, Write
+from causalab_core.tensors import featurizer_for
+
+
+def rows_of(op: Read | Write, idx: list[int]) -> Read | Write:
+    """A read or write restricted to some rows, windows in the order of ``idx``."""
+    return dataclasses.replace(op, windows=tuple(op.windows[i] for i in idx))
+
+
+def minibatch(fit: Fit, idx: list[int]) -> tuple[Run, tuple, Run, tuple, torch.Tensor]:
+    """The source run, its prompts, the target run, its prompts, and the labels for rows ``idx``."""
+    source = Run("", fit.source_input, reads=(rows_of(fit.read, idx),))
+    target = Run("", fit.target_input, writes=(rows_of(fit.write, idx),))
+    pick = lambda prompts: tuple(prompts[i] for i in idx)  # noqa: E731
+    labels = torch.tensor([fit.labels[i] for i in idx])
+    return source, pick(fit.prompts[fit.source_input]), target, pick(fit.prompts[fit.target_input]), labels
+
+
+def fit_featurizer(fit: Fit, backward: Callable[[object, list[int]], None]):
+    """Seeded init, seeded shuffling, Adam; ``backward(featurizer, idx)`` computes a minibatch's loss and
+    calls ``.backward()`` on it (inside a trace, for engines that need that)."""
+    torch.manual_seed(fit.seed)
+    featurizer = featurizer_for(fit.write)
+    # eps well above float32 noise: Adam's first steps are lr * sign(grad), so a gradient that is
+    # numerically zero would otherwise move as far as a real one, and engines would part ways.
+    optimizer = torch.optim.Adam(featurizer.parameters(), lr=fit.lr, eps=1e-5)
+    order = torch.Generator().manual_seed(fit.seed)
+    rows = len(fit.labels)
+    for _ in range(fit.epochs):
+        permutation = torch.randperm(rows, generator=order).tolist()
+        for start in range(0, rows, fit.batch_size):
+            optimizer.zero_grad()
+            backward(featurizer, permutation[start:start + fit.batch_size])
+            optimizer.step()
+    return featurizer.eval()
