@@ -73,7 +73,7 @@ def tokenize_inputs(
 
 
 def _variables(row: dict, renamed: dict[str, str]) -> dict:
-    values = {k: v for k, v in row.items()}
+    values = dict(row)
     for variable, column in renamed.items():
         if column in row:
             values[variable] = row[column]

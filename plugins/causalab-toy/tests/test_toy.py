@@ -97,3 +97,22 @@ def test_retraining_from_the_seed_reproduces_the_shipped_accuracy(tmp_path):
     shipped = json.loads((models.CHECKPOINTS / "weekdays" / "training.json").read_text())
     assert facts["test_accuracy"] >= THRESHOLDS["weekdays"]
     assert facts["test_accuracy"] == shipped["test_accuracy"]
+
+
+def test_nnsight_loads_a_toy_key_offline(tmp_path):
+    import subprocess
+    import sys
+
+    code = (
+        "from causalab_toy.models import install; install('weekdays');"
+        "from causalab_nnterp.compat import apply; apply();"
+        "import nnsight; m = nnsight.LanguageModel('causalab-toy/weekdays');"
+        "from causalab_toy import tasks; row = tasks.rows('weekdays', 1, 'test')[0];"
+        "\nwith m.trace(row['base']):\n    out = m.lm_head.output.save()\n"
+        "print(m.tokenizer.decode(out[0, -1].argmax()).strip(), row['base_answer'].strip(), sep='|')"
+    )
+    env = {**__import__("os").environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    predicted, expected = done.stdout.strip().splitlines()[-1].split("|")
+    assert predicted == expected

@@ -52,7 +52,7 @@ class HooksEngine(Engine):
         if remote:
             raise EngineError(
                 "engine 'hooks' cannot run remotely: a hook is a callable on a module in this process, "
-                "there is nothing to ship; use --engine ndif"
+                "there is nothing to ship; use an engine with the remote capability (nnterp)"
             )
         if batch_size is not None and batch_size < 1:
             raise EngineError(f"batch size must be 1 or more, got {batch_size}")
