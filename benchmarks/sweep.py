@@ -116,10 +116,12 @@ def pyvene(model, base, cf, layers: int, positions: list[int]) -> int:
     return forwards
 
 
-def bench(label: str, model_dir: Path, key: str, rows: int, positions: list[int], repeats: int) -> dict:
+def bench(label: str, model_dir: Path, key: str, rows: int, positions: list[int], repeats: int,
+          layers: int | None = None, only: tuple[str, ...] | None = None) -> dict:
+    """Time every contender (or ``only`` some) on the first ``layers`` blocks x ``positions``."""
     from transformers import AutoModelForCausalLM
 
-    layers = json.loads((model_dir / "config.json").read_text())["num_hidden_layers"]
+    layers = layers or json.loads((model_dir / "config.json").read_text())["num_hidden_layers"]
     data = weekday_rows(rows, seed=11)
     scratch = Path(tempfile.mkdtemp())
     (scratch / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in data))
@@ -134,6 +136,8 @@ def bench(label: str, model_dir: Path, key: str, rows: int, positions: list[int]
         "causalab nnterp": Causalab("nnterp"),
         "pyvene": lambda: pyvene(model, base, cf, layers, positions),
     }
+    if only:
+        contenders = {name: run for name, run in contenders.items() if name in only}
     forwards = {"causalab hooks": 2 + len(positions) * layers, "hooks, no reuse": 2 * len(positions) * layers,
                 "causalab nnterp": 2 * len(positions) * layers}
     times = {name: [] for name in contenders}
@@ -178,10 +182,11 @@ def main() -> None:
         bench("synthetic llama (8L, d256)", wide, str(wide), 40, [-4, -1], args.repeats),
     ]
     if args.scaling:
-        many = models.build(Path(tempfile.mkdtemp()) / "deep", arch="llama", layers=32, width=256, heads=8)
+        deep = models.build(Path(tempfile.mkdtemp()) / "deep", arch="llama", layers=32, width=256, heads=8)
         for rows in (40, 400):
-            results.append(bench("synthetic llama (32L, d256)", many, str(many), rows, [-4, -1], 1))
-            results.append(bench("synthetic llama (32L, d256)", many, str(many), rows, [-7, -6, -5, -4], 1))
+            for layers, positions in ((4, [-4, -1]), (16, [-4, -1]), (32, [-7, -6, -4, -1])):
+                results.append(bench("synthetic llama (32L, d256)", deep, str(deep), rows, positions, 1,
+                                     layers=layers, only=("floor", "causalab hooks", "pyvene")))
     print_table(results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
