@@ -92,6 +92,12 @@ def featurizer_for(write):
     return cls(cls.Params.model_validate(write.featurizer.params), write.site.width)
 
 
+def featurizers_for(step, fitted: dict) -> dict:
+    """Each write's featurizer: the one trained earlier in the point, else a fresh one (None for a plain swap)."""
+    return {w.name: (fitted.get(w.featurizer.name) if w.featurizer else None) or featurizer_for(w)
+            for w in step.writes}
+
+
 def score(last_logits: torch.Tensor, token_ids) -> dict[str, torch.Tensor]:
     """The answer columns' logits and the log-sum-exp, in float32, from ``[batch, vocab]`` logits."""
     last = last_logits.float()

@@ -54,7 +54,9 @@ class Compiler:
         self.ref = shell.model_ref(self.doc.model.key, self.doc.model.revision, self.doc.model.dtype)
         self.prompts = tokenize_inputs(self.doc.inputs, loaded.rows, shell.tokenizer, self.doc.variables)
         self.resolvers = [cls() for cls in registry.components("position").values()]
-        self._positions: dict[tuple[str, str], tuple[Resolved, ...]] = {}
+        self._positions: dict[tuple[str, str, str], tuple[Resolved, ...]] = {}
+        self.train_cache: dict[str, tuple] = {}
+        """Training rows per data spec: (rows, tokenized prompts, dataset key)."""
         self.scorings = self._scorings()
 
     # -- positions --------------------------------------------------------------

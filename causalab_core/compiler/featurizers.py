@@ -22,7 +22,7 @@ def train_rows(compiler: Any, train: dict, where: str):
     """Training rows, their tokenized inputs, and a key naming the dataset (cached on the compiler)."""
     spec = DataSpec.model_validate(train["data"])
     key = json.dumps(train["data"], sort_keys=True)
-    cache = compiler.__dict__.setdefault("_train_cache", {})
+    cache = compiler.train_cache
     if key not in cache:
         rows = load_rows(spec, compiler.loaded.data_folder, compiler.loaded.source, f"{where}.data")
         prompts = tokenize_inputs(compiler.doc.inputs, rows, compiler.shell.tokenizer, compiler.doc.variables)

@@ -11,7 +11,7 @@ from causalab_core.contracts import Engine
 from causalab_core.errors import EngineError
 from causalab_core.plan import Fit, Plan, Run
 from causalab_core.training import fit_featurizer, minibatch
-from causalab_core.tensors import Batch, as_heads, batches, featurizer_for, gather, scatter, score
+from causalab_core.tensors import Batch, as_heads, batches, featurizers_for, gather, scatter, score
 from causalab_hooks.reuse import first_written_layer, is_shared, shared_reads, skipped_blocks
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -73,8 +73,7 @@ class HooksEngine(Engine):
                 elif self.optimize and is_shared(step):
                     results[step.path] = {}
                 else:
-                    featurizers = {w.name: (fitted.get(w.featurizer.name) if w.featurizer else None) or featurizer_for(w)
-                                   for w in step.writes}
+                    featurizers = featurizers_for(step, fitted)
                     skip = first_written_layer(step) if self.optimize else 0
                     with torch.inference_mode():
                         results[step.path] = self._run(model, plan.prompts[step.input], step, store, batch_size,

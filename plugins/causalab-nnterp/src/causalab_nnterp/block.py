@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from causalab_core.tensors import SITE_ORDER, as_heads, batches, featurizer_for, gather, scatter, score
+from causalab_core.tensors import SITE_ORDER, as_heads, batches, featurizers_for, gather, scatter, score
 from causalab_core.training import fit_featurizer, minibatch
 
 # nnterp's standardized accessors for each site (heads go through the attention module).
@@ -95,8 +95,7 @@ def run_plan(model, plan, batch_size):
                 fitted[step.featurizer.name] = fit(model, step)
                 results[step.path] = {k: v.detach().cpu() for k, v in fitted[step.featurizer.name].state().items()}
                 continue
-            featurizers = {w.name: (fitted.get(w.featurizer.name) if w.featurizer else None) or featurizer_for(w)
-                           for w in step.writes}
+            featurizers = featurizers_for(step, fitted)
             with torch.no_grad():
                 results[step.path] = run_step(model, plan.prompts[step.input], step, store, batch_size, featurizers)
     return results
