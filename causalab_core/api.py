@@ -62,21 +62,28 @@ def run(
     device_map: str | None = None,
     data_root: str | Path | None = None,
     force: bool = False,
+    allow_skew: bool = False,
     registry: Registry | None = None,
     progress: Callable[[Plan], Callable[[str], None] | None] | None = None,
 ) -> RunResult:
-    """Compile, execute on ``engine``, score, and (with ``out``) write the output folder."""
+    """Compile, execute on ``engine``, score, and (with ``out``) write the output folder.
+
+    ``allow_skew``: a remote engine runs even where the server's causalab or
+    watched packages differ from this client's (the skew is recorded in run.json).
+    """
     reg = registry or default_registry()
     out_path = Path(out) if out is not None else None
     if out_path is not None:
         refuse_existing(out_path, force)
-    reg.get("engine", engine, "--engine")
+    engine_cls = reg.get("engine", engine, "--engine")
+    remote = remote or engine_cls.runs_remote
     built = compile_document(load_document(path, data_root), reg)
-    runner = engine_for(engine, built, remote, reg, device_map=device_map)
+    runner = engine_for(engine, built, remote, reg, device_map=device_map, allow_skew=allow_skew)
     outputs = runner.execute(built, remote=remote, batch_size=batch_size,
                              progress=progress(built) if progress else None)
     metrics = score(built, outputs, reg)
-    record = run_record(reg, engine=engine, remote=remote, batch_size=batch_size, plan=built)
+    record = run_record(reg, engine=engine, remote=remote, batch_size=batch_size, plan=built,
+                        details=runner.details)
     files = output_files(built, metrics, record, outputs)
     if out_path is not None:
         write_folder(out_path, files, force)

@@ -41,6 +41,8 @@ def reported(verbose: bool):
     except CausalabError as exc:
         if verbose:
             err.print(traceback.format_exc(), markup=False)
+            if getattr(exc, "server_traceback", None):
+                err.print("The server's traceback:\n" + exc.server_traceback, markup=False)
         err.print(exc.one_line(), markup=False)
         raise typer.Exit(exc.exit_code) from None
 
@@ -62,6 +64,7 @@ def run(
     device_map: Annotated[Optional[str], typer.Option(help="Passed to transformers when loading weights, e.g. cpu, cuda, auto.")] = None,
     data_root: DataRoot = None,
     force: Annotated[bool, typer.Option(help="Replace an existing non-empty output folder.")] = False,
+    allow_skew: Annotated[bool, typer.Option(help="Remote engines: run even where the server's packages differ from this client's (recorded in run.json).")] = False,
     verbose: Verbose = False,
 ) -> None:
     """Compile a document, run it on an engine, and write the output folder."""
@@ -74,7 +77,7 @@ def run(
         ) as progress:
             result = api.run(
                 document, out=out, engine=engine, batch_size=batch_size, device_map=device_map,
-                data_root=data_root, force=force, progress=_progress_bar(progress),
+                data_root=data_root, force=force, allow_skew=allow_skew, progress=_progress_bar(progress),
             )
     for rel in result.files:
         print(out / rel)

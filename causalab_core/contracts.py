@@ -37,9 +37,14 @@ class Engine:
 
     name: ClassVar[str]
     capabilities: ClassVar[frozenset[str]] = frozenset()
+    runs_remote: ClassVar[bool] = False
+    """True for an engine that always sends the plan elsewhere (``remote`` is then always on)."""
 
-    def __init__(self, *, device_map: str | None = None):
+    def __init__(self, *, device_map: str | None = None, allow_skew: bool = False):
         self.device_map = device_map
+        self.allow_skew = allow_skew
+        self.details: dict[str, Any] = {}
+        """Plain data the engine learned while running, handed to the provenance hook."""
 
     def execute(
         self,

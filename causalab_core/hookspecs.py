@@ -69,9 +69,10 @@ def causalab_model_source(key: str, revision: str | None) -> Any:
 
 
 @hookspec
-def causalab_provenance(engine: str, remote: bool, plan: Any) -> dict[str, Any] | None:
+def causalab_provenance(engine: str, remote: bool, plan: Any, details: dict[str, Any]) -> dict[str, Any] | None:
     """Return extra top-level fields for ``run.json``, or None.
 
-    Called after the engine returned, on the client. A remote engine's plugin
+    Called after the engine returned, on the client, with the engine's
+    ``details`` (plain data it learned while running). A remote engine's plugin
     adds what it learned about the server here (e.g. ``server``, ``served_dtype``).
     """

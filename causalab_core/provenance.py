@@ -30,7 +30,8 @@ def causalab_digests(registry: Registry) -> dict[str, Any]:
 
 
 def run_record(
-    registry: Registry, *, engine: str, remote: bool | str, batch_size: int | None, plan: Any
+    registry: Registry, *, engine: str, remote: bool | str, batch_size: int | None, plan: Any,
+    details: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     record: dict[str, Any] = {
         "engine": engine,
@@ -39,7 +40,31 @@ def run_record(
         "versions": watched_versions(),
         "causalab": causalab_digests(registry),
     }
-    for extra in registry.pm.hook.causalab_provenance(engine=engine, remote=remote, plan=plan):
+    for extra in registry.pm.hook.causalab_provenance(engine=engine, remote=remote, plan=plan,
+                                                      details=details or {}):
         if extra:
             record.update(extra)
     return record
+
+
+def installed_causalab() -> dict[str, dict[str, str]]:
+    """This machine's causalab distributions with their versions and source digests.
+
+    A remote engine's block calls this on the server, so the client can compare
+    the server's installed copy of core and plugins with its own.
+    """
+    from causalab_core.plugins import registry
+
+    return causalab_digests(registry())["distributions"]
+
+
+def digest_skew(client: dict[str, dict[str, str]], server: dict[str, dict[str, str]]) -> dict[str, tuple[str, str]]:
+    """``{distribution: (client, server)}`` for each client distribution the server lacks or has other sources of."""
+    skew = {}
+    for name, mine in client.items():
+        theirs = server.get(name)
+        if theirs is None:
+            skew[name] = (f"{mine['version']} {mine['digest'][:12]}", "not installed")
+        elif theirs["digest"] != mine["digest"]:
+            skew[name] = (f"{mine['version']} {mine['digest'][:12]}", f"{theirs['version']} {theirs['digest'][:12]}")
+    return skew

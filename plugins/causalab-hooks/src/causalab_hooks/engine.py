@@ -27,8 +27,8 @@ class HooksEngine(Engine):
     name = "hooks"
     capabilities = frozenset({"heads", "training"})
 
-    def __init__(self, *, device_map: str | None = None, optimize: bool = True):
-        super().__init__(device_map=device_map)
+    def __init__(self, *, optimize: bool = True, **options):
+        super().__init__(**options)
         self.optimize = optimize
         """Share read-only forwards across points and reuse clean prefixes (results are bit-identical)."""
         self._models: dict[tuple, torch.nn.Module] = {}
@@ -45,7 +45,8 @@ class HooksEngine(Engine):
                 plan.model.source, dtype=DTYPES[plan.model.dtype], device_map=self.device_map,
                 local_files_only=True,
             )
-            self._models[key] = model.eval()
+            # Frozen weights, as the nnterp engine and an NDIF server hold them (see causalab_nnterp.engine).
+            self._models[key] = model.eval().requires_grad_(False)
         return self._models[key]
 
     def execute(self, plan, *, remote=False, batch_size=None, progress=None):

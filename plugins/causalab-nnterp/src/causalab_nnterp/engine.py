@@ -22,9 +22,14 @@ def load_model(plan, device_map=None):
     options = {"dtype": getattr(torch, plan.model.dtype)}
     if device_map is not None:
         options["device_map"] = device_map
-    return nnterp.StandardizedTransformer(
-        source, tokenizer=AutoTokenizer.from_pretrained(source, local_files_only=True), **options
+    model = nnterp.StandardizedTransformer(
+        source, tokenizer=AutoTokenizer.from_pretrained(source, local_files_only=True), dispatch=True, **options
     )
+    # Frozen weights, as an NDIF server holds them: with trainable weights some
+    # ops inside a trace round differently in the last bit, and a local run
+    # must match a remote one byte for byte.
+    model._module.requires_grad_(False)
+    return model
 
 
 class NnterpEngine(Engine):
@@ -33,8 +38,8 @@ class NnterpEngine(Engine):
     name = "nnterp"
     capabilities = frozenset({"remote", "heads", "training"})
 
-    def __init__(self, *, device_map: str | None = None):
-        super().__init__(device_map=device_map)
+    def __init__(self, **options):
+        super().__init__(**options)
         self._models: dict[tuple, object] = {}
 
     def model(self, plan):

@@ -1,0 +1,28 @@
+"""causalab plugin: engine ``ndif`` (the nnterp engine's session on an NDIF server) and its provenance."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from causalab_core import hookimpl
+
+
+@hookimpl
+def causalab_engines() -> list[type]:
+    from causalab_ndif.engine import NdifEngine
+
+    return [NdifEngine]
+
+
+@hookimpl
+def causalab_provenance(engine: str, remote: bool, plan: Any, details: dict[str, Any]) -> dict[str, Any] | None:
+    """run.json's ``server`` (what the host's /env says) and ``served_dtype`` (read inside the block)."""
+    if engine != "ndif" or "host" not in details:
+        return None
+    from causalab_ndif.server import server_record
+
+    record = {"server": server_record(details["host"]), "served_dtype": details["served_dtype"],
+              "server_causalab": details["server_causalab"]}
+    if details["skew"]:
+        record["skew"] = details["skew"]
+    return record

@@ -1,0 +1,73 @@
+"""Engine ``ndif``: the nnterp engine's session, run on an NDIF server that already holds the weights."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from causalab_core.errors import EngineError
+from causalab_nnterp.engine import NnterpEngine
+
+from causalab_ndif import preflight
+from causalab_ndif.remote_errors import local_error
+from causalab_ndif.server import resolved_host, served_models, server_env
+
+
+class NdifEngine(NnterpEngine):
+    """Checks the server, sends the plan in one remote session, and brings home only the results."""
+
+    name = "ndif"
+    capabilities = frozenset({"remote", "heads", "training"})
+    runs_remote = True
+
+    def model(self, plan):
+        """The weightless shell the request is built from; it names the deployment by key and revision."""
+        from causalab_nnterp.model import ServedTransformer
+
+        return ServedTransformer(plan.model.source, key=plan.model.key, revision=plan.model.revision,
+                                 dtype=plan.model.dtype)
+
+    def execute(self, plan, *, remote=True, batch_size=None, progress=None):
+        from causalab_core.plugins import registry
+        from causalab_core.provenance import causalab_digests, watched_versions
+
+        if batch_size is not None and batch_size < 1:
+            raise EngineError(f"batch size must be 1 or more, got {batch_size}")
+        host = remote if isinstance(remote, str) and "://" in remote else resolved_host()
+        client = causalab_digests(registry())["distributions"]
+        wanted = {**watched_versions(), **{name: d["version"] for name, d in client.items()}}
+        skew = preflight.check(host, wanted, server_env(host).get("packages", {}), self.allow_skew)
+        model = self.model(plan)
+        preflight.refuse_unserved(model.to_model_key(), served_models(host), host,
+                                  f"{plan.model.key}@{plan.model.revision}")
+        try:
+            results, served = run_remote(model, plan, batch_size, host, client, self.allow_skew)
+        except Exception as exc:  # what the server raised, or what stopped the request
+            raise local_error(exc, host) from None
+        self.details = {
+            "host": host,
+            "served_dtype": served["served_dtype"],
+            "server_causalab": served["causalab"],
+            "skew": {name: list(pair) for name, pair in {**skew, **served["skew"]}.items()},
+        }
+        if progress:
+            for step in plan.steps():
+                progress(step.path)
+        return results
+
+
+def run_remote(model, plan, batch_size, host, client, allow_skew):
+    """The remote session. It loads only its arguments and modules every causalab server installs."""
+    import nnsight
+
+    from causalab_core.provenance import digest_skew, installed_causalab
+    from causalab_nnterp.block import run_plan
+
+    with model.session(remote=host):
+        installed = installed_causalab()
+        skew = digest_skew(client, installed)
+        if skew and not allow_skew:
+            raise EngineError("the server's causalab sources differ from the client's: " + "; ".join(
+                f"{name} (client {mine}, server {theirs})" for name, (mine, theirs) in sorted(skew.items())))
+        served = nnsight.save({"served_dtype": str(model.lm_head.weight.dtype), "causalab": installed, "skew": skew})
+        results = nnsight.save(run_plan(model, plan, batch_size))
+    return results, served
