@@ -127,7 +127,7 @@ def bench(label: str, model_dir: Path, key: str, rows: int, positions: list[int]
     (scratch / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in data))
     doc = scratch / "doc.json"
     doc.write_text(json.dumps(sweep_doc(key, layers, positions, scratch / "rows.jsonl")))
-    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval().requires_grad_(False)
     base, cf = tensors(model_dir, data)
     contenders = {
         "floor": lambda: floor(model, base, cf, layers, positions),

@@ -21,15 +21,18 @@ def pyvene_last_logits(model_dir, rows, layer, component, position):
     pv = pytest.importorskip("pyvene")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    # Frozen weights and last-position logits, as every causalab engine runs a
+    # model: with frozen weights torch picks a linear kernel whose last bits
+    # depend on how many positions the LM head projects.
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval().requires_grad_(False)
     tok = AutoTokenizer.from_pretrained(model_dir)
     config = pv.IntervenableConfig(
         [{"layer": layer, "component": PYVENE_COMPONENT[component], "intervention_type": pv.VanillaIntervention}]
     )
     intervenable = pv.IntervenableModel(config, model)
-    base = tok([r["base"] for r in rows], return_tensors="pt")
+    base = {**tok([r["base"] for r in rows], return_tensors="pt"), "logits_to_keep": 1}
     source = tok([r["counterfactual"] for r in rows], return_tensors="pt")
-    n = base.input_ids.shape[1]
+    n = base["input_ids"].shape[1]
     where = [[[position % n]] * len(rows)]
     with torch.no_grad():
         _, out = intervenable(base, [source], {"sources->base": (where, where)})

@@ -1,0 +1,170 @@
+"""Engine ``ndif`` against a real NDIF server started on this machine (loopback only)."""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from causalab_core.plugins import registry
+from causalab_core.provenance import causalab_digests, watched_versions
+
+ROOT = Path(__file__).resolve().parents[3]
+CAUSALAB = str(Path(sys.executable).parent / "causalab")
+SWEEP = ROOT / "documents/real/weekdays_layer_sweep.json"
+
+
+def run_local(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([CAUSALAB, "run", *map(str, args)], capture_output=True, text=True)
+
+
+def tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_sweep_through_the_server_writes_the_local_files_byte_for_byte(ndif_server, tmp_path):
+    remote = ndif_server.run([CAUSALAB, "run", str(SWEEP), "--engine", "ndif", "--out", str(tmp_path / "r")])
+    assert remote.returncode == 0, remote.stderr
+    local = run_local(SWEEP, "--engine", "nnterp", "--out", tmp_path / "l")
+    assert local.returncode == 0, local.stderr
+
+    here, there = tree(tmp_path / "l"), tree(tmp_path / "r")
+    assert sorted(here) == sorted(there) and len(here) == 1 + 1 + 24 * 3
+    assert [name for name in here if name != "run.json" and here[name] != there[name]] == []
+
+    mine, theirs = json.loads(here["run.json"]), json.loads(there["run.json"])
+    assert {k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k)} == {
+        "engine", "remote", "server", "served_dtype", "server_causalab"}
+    assert (mine["remote"], theirs["remote"]) == (False, True)
+    assert theirs["server"] == {"asked": ndif_server.host, "python": sys.version.split()[0],
+                                "versions": watched_versions()}
+    assert theirs["served_dtype"] == "torch.float32"
+    # The server computed its own digest of its installed causalab; it is this client's.
+    assert theirs["server_causalab"] == causalab_digests(registry())["distributions"]
+
+
+def test_ragged_and_chat_documents_come_home_the_same(ndif_server, tmp_path):
+    for name in ("entity_patch", "chat_turn"):
+        doc = ROOT / "documents/v2" / f"{name}.json"
+        remote = ndif_server.run([CAUSALAB, "run", str(doc), "--engine", "ndif", "--out", str(tmp_path / f"r-{name}")])
+        assert remote.returncode == 0, remote.stderr
+        assert run_local(doc, "--engine", "nnterp", "--out", tmp_path / f"l-{name}").returncode == 0
+        compared = filecmp.dircmp(tmp_path / f"l-{name}", tmp_path / f"r-{name}", ignore=["run.json"])
+        assert compared.diff_files == [] and compared.left_only == [] and compared.right_only == []
+
+
+def test_a_write_with_nothing_to_write_fails_with_the_local_message(ndif_server, write_doc, tmp_path):
+    document = json.loads((ROOT / "documents/v2/entity_patch.json").read_text())
+    rows = [json.loads(line) for line in (ROOT / "documents/data/entity/test.jsonl").read_text().splitlines()[:4]]
+    rows[2]["entity"] = "Zed"
+    document.pop("data")
+    path = write_doc(document, rows)
+    local = run_local(path, "--engine", "nnterp", "--out", tmp_path / "l")
+    remote = ndif_server.run([CAUSALAB, "run", str(path), "--engine", "ndif", "--out", str(tmp_path / "r")])
+    assert local.returncode == remote.returncode == 1
+    assert remote.stderr == local.stderr
+    assert local.stderr.startswith("PlanError: write 'patch' has nothing to write on row(s) {2: 'alignment_missing'}")
+    assert not (tmp_path / "l").exists() and not (tmp_path / "r").exists()
+
+
+def test_a_model_the_server_does_not_serve_is_refused_with_what_it_serves(ndif_server, sweep_doc, tmp_path):
+    done = ndif_server.run([CAUSALAB, "run", str(sweep_doc), "--engine", "ndif", "--out", str(tmp_path / "o")])
+    assert done.returncode == 1
+    line = done.stderr.strip()
+    assert line.startswith("PlanError: model causalab-testing/tiny-llama@None is not served by the NDIF server at "
+                           f"{ndif_server.host}; it serves: causalab-toy/entity@"), line
+    assert "causalab-toy/weekdays@" in line and "\n" not in line
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_unreachable_host_is_one_line_naming_it(sweep_doc, tmp_path):
+    done = subprocess.run([CAUSALAB, "run", str(sweep_doc), "--engine", "ndif", "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True, env={**_env(), "NDIF_HOST": "http://127.0.0.1:9"})
+    assert done.returncode == 1
+    assert done.stderr.startswith("EngineError: cannot reach the NDIF server at http://127.0.0.1:9:")
+    assert done.stderr.count("\n") == 1
+    assert not (tmp_path / "o").exists()
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return dict(os.environ)
+
+
+# -- skew: a client whose causalab differs from the server's --------------------------------------
+
+
+def _client_site(tmp_path: Path, *, metrics_version: str = "0.1.0", edit_metrics: bool = False,
+                 extra_plugin: bool = False) -> Path:
+    """A site folder: this environment, but with its own copy of causalab-metrics (and maybe one more plugin)."""
+    import sysconfig
+
+    import causalab_metrics
+
+    site = tmp_path / "site"
+    site.mkdir()
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if not entry.name.startswith(("causalab_metrics-", "_editable_impl_causalab_metrics.",
+                                      "__editable__.causalab_metrics-")):
+            (site / entry.name).symlink_to(entry)
+    package = site / "causalab_metrics"
+    shutil.copytree(Path(causalab_metrics.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
+    if edit_metrics:
+        with open(package / "__init__.py", "a") as f:
+            f.write("# a local change the server does not have\n")
+    _dist_info(site, "causalab-metrics", metrics_version, "metrics = causalab_metrics")
+    if extra_plugin:
+        (site / "causalab_extra.py").write_text('"""A plugin only the client has."""\n')
+        _dist_info(site, "causalab-extra", "0.0.1", "extra = causalab_extra")
+    return site
+
+
+def _dist_info(site: Path, name: str, version: str, entry_point: str) -> None:
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (info / "entry_points.txt").write_text(f"[causalab]\n{entry_point}\n")
+
+
+def _run_from(site: Path, server, *args: str):
+    code = ("import site, sys; site.addsitedir(sys.argv[1]); sys.argv = sys.argv[1:];"
+            "from causalab_core.cli import main; main()")
+    return server.run([sys.executable, "-S", "-c", code, str(site), "run", *map(str, args)])
+
+
+@pytest.mark.parametrize("change,named", [
+    ({"metrics_version": "0.1.1"}, "causalab-metrics (client 0.1.1, server 0.1.0)"),
+    ({"extra_plugin": True}, "causalab-extra (client 0.0.1, server not installed)"),
+])
+def test_a_server_with_other_causalab_versions_is_refused_before_any_work(ndif_server, tmp_path, change, named):
+    site = _client_site(tmp_path, **change)
+    done = _run_from(site, ndif_server, SWEEP, "--engine", "ndif", "--out", tmp_path / "o")
+    assert done.returncode == 1, done.stderr
+    line = done.stderr.strip()
+    assert line.startswith(f"EngineError: the NDIF server at {ndif_server.host} does not have what this client "
+                           f"would run there: {named}. "), line
+    assert not (tmp_path / "o").exists()
+
+
+def test_same_version_other_sources_is_caught_by_the_servers_own_digest(ndif_server, tmp_path):
+    site = _client_site(tmp_path, edit_metrics=True)
+    done = _run_from(site, ndif_server, SWEEP, "--engine", "ndif", "--out", tmp_path / "o")
+    assert done.returncode == 1, done.stderr
+    line = done.stderr.strip()
+    assert line.startswith("EngineError: the server's causalab sources differ from the client's: causalab-metrics "
+                           "(client 0.1.0 "), line
+    assert "\n" not in line and not (tmp_path / "o").exists()
+
+    verbose = _run_from(site, ndif_server, SWEEP, "--engine", "ndif", "--out", tmp_path / "o", "--verbose")
+    assert "The server's traceback:" in verbose.stderr and "causalab_core.errors.EngineError" in verbose.stderr
+
+    allowed = _run_from(site, ndif_server, SWEEP, "--engine", "ndif", "--out", tmp_path / "o", "--allow-skew")
+    assert allowed.returncode == 0, allowed.stderr
+    record = json.loads((tmp_path / "o" / "run.json").read_text())
+    assert list(record["skew"]) == ["causalab-metrics"]
