@@ -158,13 +158,28 @@ def schema() -> None:
 
 
 @app.command()
-def env() -> None:
-    """Print the watched package versions and causalab digests of this environment (JSON)."""
+def env(
+    host: Annotated[Optional[str], typer.Option(help="An NDIF server to compare this environment with, side by side.")] = None,
+    verbose: Verbose = False,
+) -> None:
+    """Print the watched package versions and causalab digests of this environment (JSON), or compare with a server."""
     from causalab_core.plugins import registry
     from causalab_core.provenance import causalab_digests, watched_versions
 
-    print(json.dumps({"python": sys.version.split()[0], "versions": watched_versions(),
-                      "causalab": causalab_digests(registry())}, indent=2))
+    reg = registry()
+    client = {"python": sys.version.split()[0], "versions": watched_versions(), "causalab": causalab_digests(reg)}
+    if host is None:
+        print(json.dumps(client, indent=2))
+        return
+    with reported(verbose):
+        server = reg.pm.hook.causalab_remote_environment(host=host)
+        if server is None:
+            from causalab_core.errors import PluginError
+
+            raise PluginError("comparing with a server needs a remote engine plugin (pip install causalab-ndif)")
+    from causalab_core.environment import side_by_side
+
+    Console(highlight=False).print(side_by_side(client, server))
 
 
 def main() -> None:

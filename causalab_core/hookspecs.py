@@ -68,6 +68,16 @@ def causalab_model_source(key: str, revision: str | None) -> Any:
 # -- provenance ---------------------------------------------------------------
 
 
+@hookspec(firstresult=True)
+def causalab_remote_environment(host: str) -> dict[str, Any] | None:
+    """Describe the server at ``host`` for ``causalab env --host``, or None.
+
+    Keys: ``python``; ``packages`` (name -> version); ``served`` (remote model
+    key -> ``{"dtype", "state"}``); ``causalab`` (distribution -> ``{"version",
+    "digest"}`` as the server computes them, or None where it cannot be asked).
+    """
+
+
 @hookspec
 def causalab_provenance(engine: str, remote: bool, plan: Any, details: dict[str, Any]) -> dict[str, Any] | None:
     """Return extra top-level fields for ``run.json``, or None.

@@ -9,6 +9,19 @@ PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
 # torch first, pinned: 2.13.0 is a CPU build (an open range pulls a multi-GB CUDA build).
 "${PIP[@]}" install torch==2.13.0
 editable=(-e ".[test]")
-for plugin in plugins/causalab-*/; do editable+=(-e "$plugin"); done
+for plugin in plugins/causalab-*/; do
+  [ "$plugin" = plugins/causalab-ndif/ ] && editable+=(-e "${plugin}[testserver]") || editable+=(-e "$plugin")
+done
 "${PIP[@]}" install -c constraints.txt "${editable[@]}"
+# The NDIF server the remote tests start: ndif declares Python >= 3.12 but runs
+# on 3.11, so it goes in without its metadata's checks (its needs are the
+# [testserver] extra above), and redis-server comes from Debian.
+"${PIP[@]}" install --no-deps --ignore-requires-python -c constraints.txt ndif
+if ! command -v redis-server >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+  else
+    echo "install redis-server (Debian: apt-get install redis-server) to run the NDIF tests" >&2
+  fi
+fi
 echo "causalab installed in .venv ($(.venv/bin/causalab --help >/dev/null && echo ok))"

@@ -62,7 +62,7 @@ def test_a_write_with_nothing_to_write_fails_with_the_local_message(ndif_server,
     document = json.loads((ROOT / "documents/v2/entity_patch.json").read_text())
     rows = [json.loads(line) for line in (ROOT / "documents/data/entity/test.jsonl").read_text().splitlines()[:4]]
     rows[2]["entity"] = "Zed"
-    document.pop("data")
+    document["data"] = {"path": "rows.jsonl"}
     path = write_doc(document, rows)
     local = run_local(path, "--engine", "nnterp", "--out", tmp_path / "l")
     remote = ndif_server.run([CAUSALAB, "run", str(path), "--engine", "ndif", "--out", str(tmp_path / "r")])
@@ -72,11 +72,11 @@ def test_a_write_with_nothing_to_write_fails_with_the_local_message(ndif_server,
     assert not (tmp_path / "l").exists() and not (tmp_path / "r").exists()
 
 
-def test_a_model_the_server_does_not_serve_is_refused_with_what_it_serves(ndif_server, sweep_doc, tmp_path):
+def test_a_model_the_server_does_not_serve_is_refused_with_what_it_serves(ndif_server, sweep_doc, tiny_llama, tmp_path):
     done = ndif_server.run([CAUSALAB, "run", str(sweep_doc), "--engine", "ndif", "--out", str(tmp_path / "o")])
     assert done.returncode == 1
     line = done.stderr.strip()
-    assert line.startswith("PlanError: model causalab-testing/tiny-llama@None is not served by the NDIF server at "
+    assert line.startswith(f"PlanError: model {tiny_llama} is not served by the NDIF server at "
                            f"{ndif_server.host}; it serves: causalab-toy/entity@"), line
     assert "causalab-toy/weekdays@" in line and "\n" not in line
     assert not (tmp_path / "o").exists()
@@ -168,3 +168,13 @@ def test_same_version_other_sources_is_caught_by_the_servers_own_digest(ndif_ser
     assert allowed.returncode == 0, allowed.stderr
     record = json.loads((tmp_path / "o" / "run.json").read_text())
     assert list(record["skew"]) == ["causalab-metrics"]
+
+
+def test_env_host_shows_client_and_server_side_by_side(ndif_server):
+    done = ndif_server.run([CAUSALAB, "env", "--host", ndif_server.host], env={"COLUMNS": "160"})
+    assert done.returncode == 0, done.stderr
+    table = done.stdout
+    for name in ("torch", "nnsight", "causalab-core", "causalab-metrics"):
+        assert any(line.split("│")[1].strip() == name for line in table.splitlines() if line.count("│") > 3), name
+    assert "differs" not in table
+    assert "causalab-toy/weekdays" in table and "causalab-toy/entity" in table and "float32" in table

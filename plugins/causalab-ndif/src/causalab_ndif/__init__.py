@@ -15,6 +15,13 @@ def causalab_engines() -> list[type]:
 
 
 @hookimpl
+def causalab_remote_environment(host: str) -> dict[str, Any]:
+    from causalab_ndif.environment import describe
+
+    return describe(host)
+
+
+@hookimpl
 def causalab_provenance(engine: str, remote: bool, plan: Any, details: dict[str, Any]) -> dict[str, Any] | None:
     """run.json's ``server`` (what the host's /env says) and ``served_dtype`` (read inside the block)."""
     if engine != "ndif" or "host" not in details:

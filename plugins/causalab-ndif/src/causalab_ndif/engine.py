@@ -37,8 +37,8 @@ class NdifEngine(NnterpEngine):
         wanted = {**watched_versions(), **{name: d["version"] for name, d in client.items()}}
         skew = preflight.check(host, wanted, server_env(host).get("packages", {}), self.allow_skew)
         model = self.model(plan)
-        preflight.refuse_unserved(model.to_model_key(), served_models(host), host,
-                                  f"{plan.model.key}@{plan.model.revision}")
+        shown = f"{plan.model.key}@{plan.model.revision}" if plan.model.revision else plan.model.key
+        preflight.refuse_unserved(model.to_model_key(), served_models(host), host, shown)
         try:
             results, served = run_remote(model, plan, batch_size, host, client, self.allow_skew)
         except Exception as exc:  # what the server raised, or what stopped the request

@@ -1,0 +1,98 @@
+"""One sweep run locally (engine nnterp) and through a real NDIF test server (engine ndif), side by side.
+
+    .venv/bin/python benchmarks/remote.py [--repeats 3] [--doc documents/real/weekdays_layer_sweep.json]
+
+Starts the test server (causalab_ndif.testserver, ~65 s), then, in one client
+process beside it, times interleaved repeats of: compiling the document (load,
+weightless shell, tokenize: the client's share of a remote run), a local run,
+and a remote run; and reads the request payload size from nnsight's debug log.
+Prints a table of medians and writes benchmarks/remote.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def measure(doc: str, repeats: int) -> dict:
+    """Runs beside the server (inside its network namespace)."""
+    import contextlib
+    import io
+    import re
+    import time
+
+    from nnsight import CONFIG
+
+    from causalab_core import api
+
+    times: dict[str, list[float]] = {"compile": [], "local": [], "remote": []}
+    payload = result = None
+    api.run(doc, engine="nnterp")  # warm: imports and the local weights
+    for _ in range(repeats):
+        start = time.perf_counter()
+        api.plan(doc)
+        times["compile"].append(time.perf_counter() - start)
+        start = time.perf_counter()
+        api.run(doc, engine="nnterp")
+        times["local"].append(time.perf_counter() - start)
+        CONFIG.APP.DEBUG = True
+        log = io.StringIO()
+        start = time.perf_counter()
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            api.run(doc, engine="ndif")
+        times["remote"].append(time.perf_counter() - start)
+        CONFIG.APP.DEBUG = False
+        found = re.search(r"payload: ([\d,]+) bytes \((\w+)\)", log.getvalue())
+        payload = (int(found[1].replace(",", "")), found[2]) if found else None
+        found = re.search(r"result: ([\d,]+) bytes", log.getvalue())
+        result = int(found[1].replace(",", "")) if found else None
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    return {"doc": doc, "repeats": repeats, "seconds": medians, "all": times, "payload": payload, "result": result}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--doc", default=str(ROOT / "documents/real/weekdays_layer_sweep.json"))
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.measure:
+        print(json.dumps(measure(args.doc, args.repeats)))
+        return
+
+    sys.path.insert(0, str(ROOT / "plugins/causalab-ndif/tests"))
+    from conftest import deployments
+
+    from causalab_ndif.testserver.stack import TestServer
+
+    server = TestServer(Path(tempfile.mkdtemp(prefix="ndif-bench-")))
+    server.start(deployments())
+    try:
+        done = server.run([sys.executable, __file__, "--measure", "--doc", args.doc, "--repeats", str(args.repeats)])
+    finally:
+        server.stop()
+    if done.returncode != 0:
+        sys.exit(done.stderr[-3000:])
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    s = report["seconds"]
+    print(f"{Path(args.doc).name}, median of {args.repeats} (weights loaded on both sides)")
+    print(f"{'':28}{'seconds':>9}{'vs local':>10}")
+    for name, label in (("local", "local (nnterp)"), ("remote", "remote (ndif)"), ("compile", "client compile + tokenize")):
+        print(f"{label:28}{s[name]:9.2f}{s[name] / s['local']:9.2f}x")
+    print(f"compile is {s['compile'] / s['remote']:.0%} of the remote run")
+    if report["payload"]:
+        print(f"request payload: {report['payload'][0]:,} bytes ({report['payload'][1]})")
+    if report["result"]:
+        print(f"result: {report['result']:,} bytes")
+    (ROOT / "benchmarks/remote.json").write_text(json.dumps(report, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
