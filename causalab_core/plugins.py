@@ -146,6 +146,7 @@ class Registry:
         return [seen[k] for k in sorted(seen)]
 
 
+@functools.cache
 def core_info() -> PluginInfo:
     import causalab_core
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 from typing import Any
 
@@ -10,15 +11,20 @@ from causalab_core.plugins import Registry
 WATCHED = ("torch", "transformers", "nnsight", "nnterp", "pydantic")
 
 
-def watched_versions() -> dict[str, str | None]:
-    """Versions of the watched packages installed in this process (None where absent)."""
-    out: dict[str, str | None] = {}
+@functools.cache
+def _versions() -> tuple[tuple[str, str | None], ...]:
+    found = []
     for name in WATCHED:
         try:
-            out[name] = importlib.metadata.version(name)
+            found.append((name, importlib.metadata.version(name)))
         except importlib.metadata.PackageNotFoundError:
-            out[name] = None
-    return out
+            found.append((name, None))
+    return tuple(found)
+
+
+def watched_versions() -> dict[str, str | None]:
+    """Versions of the watched packages installed in this process (None where absent; read once)."""
+    return dict(_versions())
 
 
 def causalab_digests(registry: Registry) -> dict[str, Any]:

@@ -84,23 +84,32 @@ def score(plan: Plan, outputs: dict[str, dict[str, Any]], registry: Registry) ->
     return results
 
 
+# One encoder for every value: json.dumps with options builds a new one per call.
+_encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
+
+
 def _render(obj: Any, indent: int) -> str:
     """JSON with short containers on one line and longer ones one item per line."""
-    flat = json.dumps(obj, ensure_ascii=False, allow_nan=False)
+    flat = _encode(obj)
     if not isinstance(obj, (dict, list)) or len(flat) + indent <= 100 or not obj:
         return flat
     pad = " " * (indent + 1)
     if isinstance(obj, dict):
-        items = [f"{pad}{json.dumps(k, ensure_ascii=False)}: {_render(v, indent + 1)}" for k, v in obj.items()]
+        items = [f"{pad}{_encode(k)}: {_render(v, indent + 1)}" for k, v in obj.items()]
         return "{\n" + ",\n".join(items) + "\n" + " " * indent + "}"
     if all(not isinstance(v, (dict, list)) for v in obj):
         # A long list of numbers: wrapped, several to a line.
-        lines, line = [], []
-        for v in obj:
-            line.append(json.dumps(v, ensure_ascii=False, allow_nan=False))
-            if len(", ".join(line)) + len(pad) > 96:
+        if all(type(v) in (int, float) for v in obj):
+            parts = flat[1:-1].split(", ")  # numbers: json's text of each, already made once
+        else:
+            parts = [_encode(v) for v in obj]
+        lines, line, width = [], [], 0
+        for part in parts:
+            width += len(part) + (2 if line else 0)
+            line.append(part)
+            if width + len(pad) > 96:
                 lines.append(", ".join(line))
-                line = []
+                line, width = [], 0
         lines += [", ".join(line)] if line else []
         return "[\n" + ",\n".join(pad + ln for ln in lines) + "\n" + " " * indent + "]"
     items = [pad + _render(v, indent + 1) for v in obj]

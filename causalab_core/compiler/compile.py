@@ -58,6 +58,14 @@ class Compiler:
         self.train_cache: dict[str, tuple] = {}
         """Training rows per data spec: (rows, tokenized prompts, dataset key)."""
         self.scorings = self._scorings()
+        self._decoded: dict[int, str] = {}
+
+    def _decode(self, ids: list[int]) -> str:
+        """One token's text (memoized: a sweep's position records decode the same tokens over and over)."""
+        (token,) = ids
+        if token not in self._decoded:
+            self._decoded[token] = self.shell.tokenizer.decode([token])
+        return self._decoded[token]
 
     # -- positions --------------------------------------------------------------
 
@@ -71,7 +79,7 @@ class Compiler:
         return self._positions[key]
 
     def record(self, name: str, role: str, input_name: str, resolved: tuple[Resolved, ...]) -> PositionRecord:
-        decode = self.shell.tokenizer.decode
+        decode = self._decode
         rows = self.prompts[input_name]
         return PositionRecord(
             name=name, role=role, input=input_name,

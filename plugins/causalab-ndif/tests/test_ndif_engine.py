@@ -58,6 +58,38 @@ def test_ragged_and_chat_documents_come_home_the_same(ndif_server, tmp_path):
         assert compared.diff_files == [] and compared.left_only == [] and compared.right_only == []
 
 
+
+def test_das_trains_inside_the_servers_session(ndif_server, tmp_path):
+    """The rotation is trained on the server and comes home with its identity.
+
+    Not bit-identical to a local fit: the server's model actor runs torch on one
+    thread (Ray's default for an actor), and a backward pass sums its gradients
+    in an order that depends on the thread count. Forward-only documents are
+    byte-identical (the tests above).
+    """
+    from safetensors import safe_open
+
+    document = json.loads((ROOT / "documents/real/weekdays_das.json").read_text())
+    data = ROOT / "documents/data/weekdays"
+    document["data"]["path"] = str(data / "test.jsonl")
+    document["featurizers"]["das"]["train"]["data"]["path"] = str(data / "train.jsonl")
+    document["sweep"]["rank"] = [8]
+    path = tmp_path / "das.json"
+    path.write_text(json.dumps(document))
+    remote = ndif_server.run([CAUSALAB, "run", str(path), "--engine", "ndif", "--out", str(tmp_path / "r")])
+    assert remote.returncode == 0, remote.stderr
+    assert run_local(path, "--engine", "nnterp", "--out", tmp_path / "l").returncode == 0
+
+    point = "layer=2,pos=-1,rank=8"
+    assert sorted(tree(tmp_path / "l")) == sorted(tree(tmp_path / "r"))
+    iia = [json.loads((tmp_path / side / point / "iia.json").read_text())["summary"]["mean"] for side in "lr"]
+    assert min(iia) >= 0.9 and abs(iia[0] - iia[1]) <= 0.05, iia
+    with safe_open(tmp_path / "l" / point / "das.safetensors", "pt") as a, \
+         safe_open(tmp_path / "r" / point / "das.safetensors", "pt") as b:
+        assert a.metadata() == b.metadata()
+        assert a.get_tensor("rotation").shape == b.get_tensor("rotation").shape == (64, 64)
+
+
 def test_a_write_with_nothing_to_write_fails_with_the_local_message(ndif_server, write_doc, tmp_path):
     document = json.loads((ROOT / "documents/v2/entity_patch.json").read_text())
     rows = [json.loads(line) for line in (ROOT / "documents/data/entity/test.jsonl").read_text().splitlines()[:4]]

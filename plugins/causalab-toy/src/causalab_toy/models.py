@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -20,6 +21,7 @@ def names() -> list[str]:
     return sorted(p.name for p in CHECKPOINTS.iterdir() if (p / "config.json").is_file())
 
 
+@functools.cache
 def revision(name: str) -> str:
     """A 40-hex digest of the checkpoint's files: its pinned revision (and cache commit)."""
     h = hashlib.sha256()
