@@ -4,8 +4,10 @@
 
 Starts the test server (causalab_ndif.testserver, ~65 s), then, in one client
 process beside it, times interleaved repeats of: compiling the document (load,
-weightless shell, tokenize: the client's share of a remote run), a local run,
-and a remote run; and reads the request payload size from nnsight's debug log.
+weightless shell, tokenize: the client's share of a remote run), a local run
+end to end (loading the weights, as a user's run does), the local engine's
+execute alone with weights loaded, and a remote run end to end; and reads the
+request payload and result sizes from nnsight's debug log.
 Prints a table of medians and writes benchmarks/remote.json.
 """
 
@@ -32,13 +34,20 @@ def measure(doc: str, repeats: int) -> dict:
 
     from causalab_core import api
 
-    times: dict[str, list[float]] = {"compile": [], "local": [], "remote": []}
+    from causalab_core.plugins import registry
+
+    times: dict[str, list[float]] = {"compile": [], "local": [], "local execute": [], "remote": []}
     payload = result = None
-    api.run(doc, engine="nnterp")  # warm: imports and the local weights
+    warm = registry().get("engine", "nnterp")()
+    warm.execute(api.plan(doc))  # loads its weights once
+    api.run(doc, engine="ndif")  # the server's first request of this plan
     for _ in range(repeats):
         start = time.perf_counter()
-        api.plan(doc)
+        plan = api.plan(doc)
         times["compile"].append(time.perf_counter() - start)
+        start = time.perf_counter()
+        warm.execute(plan)
+        times["local execute"].append(time.perf_counter() - start)
         start = time.perf_counter()
         api.run(doc, engine="nnterp")
         times["local"].append(time.perf_counter() - start)
@@ -82,11 +91,14 @@ def main() -> None:
         sys.exit(done.stderr[-3000:])
     report = json.loads(done.stdout.strip().splitlines()[-1])
     s = report["seconds"]
-    print(f"{Path(args.doc).name}, median of {args.repeats} (weights loaded on both sides)")
-    print(f"{'':28}{'seconds':>9}{'vs local':>10}")
-    for name, label in (("local", "local (nnterp)"), ("remote", "remote (ndif)"), ("compile", "client compile + tokenize")):
-        print(f"{label:28}{s[name]:9.2f}{s[name] / s['local']:9.2f}x")
-    print(f"compile is {s['compile'] / s['remote']:.0%} of the remote run")
+    print(f"{Path(args.doc).name}, median of {args.repeats}")
+    print(f"{'':44}{'seconds':>9}{'vs local':>10}")
+    rows = (("local", "local run (nnterp; loads the weights)"), ("remote", "remote run (ndif; the server holds them)"),
+            ("local execute", "local execute only (weights already loaded)"),
+            ("compile", "client compile + tokenize"))
+    for name, label in rows:
+        print(f"{label:44}{s[name]:9.2f}{s[name] / s['local']:9.2f}x")
+    print(f"compile + tokenize is {s['compile'] / s['remote']:.0%} of the remote run")
     if report["payload"]:
         print(f"request payload: {report['payload'][0]:,} bytes ({report['payload'][1]})")
     if report["result"]:

@@ -1,6 +1,6 @@
 """A layer x position interchange sweep, timed side by side: causalab's engines, pyvene, and the floor.
 
-    .venv/bin/python benchmarks/sweep.py [--repeats 3] [--json out.json] [--scaling]
+    .venv/bin/python benchmarks/sweep.py [--repeats 3] [--json out.json] [--memory] [--scaling]
 
 The floor is the least work the sweep needs, hand-written in torch: one
 counterfactual forward that captures every needed activation, then one patched
@@ -9,6 +9,10 @@ interchanges the way its users write them (one IntervenableModel per point).
 causalab runs from the document, end to end (compile, execute, write), with
 weights already loaded, so every contender pays only for the sweep. Repeats
 are interleaved and the table shows medians; read the ratios, not the seconds.
+
+``--memory`` adds each contender's peak memory above its loaded weights: one
+run in a fresh process per contender, resident memory sampled every
+millisecond (a fresh process, because an allocator keeps what it freed).
 """
 
 from __future__ import annotations
@@ -16,7 +20,10 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
+import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -116,9 +123,8 @@ def pyvene(model, base, cf, layers: int, positions: list[int]) -> int:
     return forwards
 
 
-def bench(label: str, model_dir: Path, key: str, rows: int, positions: list[int], repeats: int,
-          layers: int | None = None, only: tuple[str, ...] | None = None) -> dict:
-    """Time every contender (or ``only`` some) on the first ``layers`` blocks x ``positions``."""
+def setup(model_dir: Path, key: str, rows: int, positions: list[int], layers: int | None):
+    """The document, its rows as tensors, the loaded model, and every contender."""
     from transformers import AutoModelForCausalLM
 
     layers = layers or json.loads((model_dir / "config.json").read_text())["num_hidden_layers"]
@@ -136,6 +142,49 @@ def bench(label: str, model_dir: Path, key: str, rows: int, positions: list[int]
         "causalab nnterp": Causalab("nnterp"),
         "pyvene": lambda: pyvene(model, base, cf, layers, positions),
     }
+    return layers, scratch, doc, contenders
+
+
+def peak_memory(name: str, model_dir: Path, key: str, rows: int, positions: list[int], layers: int | None) -> float:
+    """MiB of resident memory above the loaded weights while ``name`` runs the sweep once (this process)."""
+    import psutil
+
+    layers, scratch, doc, contenders = setup(model_dir, key, rows, positions, layers)
+    run = contenders[name]
+    if isinstance(run, Causalab):  # load the engine's own weights before the baseline
+        plan = api.plan(doc)
+        run.engine.load(plan) if hasattr(run.engine, "load") else run.engine.model(plan)
+    process, peak, done = psutil.Process(), [0], threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], process.memory_info().rss)
+            time.sleep(0.001)
+
+    baseline = process.memory_info().rss
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    run(doc, scratch / "out") if isinstance(run, Causalab) else run()
+    done.set()
+    sampler.join()
+    return max(0, peak[0] - baseline) / 2**20
+
+
+def measure_memory(names, model_dir: Path, key: str, rows: int, positions: list[int], layers: int | None) -> dict:
+    """Each contender's peak, each in a fresh process."""
+    found = {}
+    for name in names:
+        spec = json.dumps([name, str(model_dir), key, rows, positions, layers])
+        done = subprocess.run([sys.executable, __file__, "--peak-of", spec], capture_output=True, text=True)
+        found[name] = float(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else None
+    return found
+
+
+def bench(label: str, model_dir: Path, key: str, rows: int, positions: list[int], repeats: int,
+          layers: int | None = None, only: tuple[str, ...] | None = None, memory: bool = False) -> dict:
+    """Time every contender (or ``only`` some) on the first ``layers`` blocks x ``positions``."""
+    asked_layers = layers
+    layers, scratch, doc, contenders = setup(model_dir, key, rows, positions, layers)
     if only:
         contenders = {name: run for name, run in contenders.items() if name in only}
     forwards = {"causalab hooks": 2 + len(positions) * layers, "hooks, no reuse": 2 * len(positions) * layers,
@@ -152,20 +201,24 @@ def bench(label: str, model_dir: Path, key: str, rows: int, positions: list[int]
             if isinstance(run, Causalab):
                 splits[name] = run.split
     medians = {n: statistics.median(t) for n, t in times.items()}
+    peaks = measure_memory(contenders, model_dir, key, rows, positions, asked_layers) if memory else {}
     return {"model": label, "points": layers * len(positions), "rows": rows, "median_s": medians,
             "ratio_to_floor": {n: medians[n] / medians["floor"] for n in medians}, "forwards": forwards,
-            "split_s": splits}
+            "split_s": splits, "peak_mib": peaks}
 
 
 def print_table(results: list[dict]) -> None:
     for r in results:
         print(f"\n{r['model']}: {r['points']} points x {r['rows']} rows", flush=True)
-        print(f"  {'contender':<18} {'median s':>9} {'x floor':>8} {'forwards':>9}   compile / execute / write")
+        peaks = r.get("peak_mib") or {}
+        memory = f" {'peak MiB':>9}" if peaks else ""
+        print(f"  {'contender':<18} {'median s':>9} {'x floor':>8} {'forwards':>9}{memory}   compile / execute / write")
         for name, seconds in r["median_s"].items():
             split = r["split_s"].get(name)
             parts = " / ".join(f"{split[k]:.3f}" for k in ("compile", "execute", "write")) if split else ""
-            print(f"  {name:<18} {seconds:>9.3f} {r['ratio_to_floor'][name]:>7.2f}x {r['forwards'][name]:>9}   {parts}",
-                  flush=True)
+            peak = "" if not peaks else f" {peaks[name]:>9.1f}" if peaks.get(name) is not None else f" {'?':>9}"
+            print(f"  {name:<18} {seconds:>9.3f} {r['ratio_to_floor'][name]:>7.2f}x {r['forwards'][name]:>9}{peak}   "
+                  f"{parts}", flush=True)
 
 
 def main() -> None:
@@ -174,7 +227,14 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--scaling", action="store_true", help="Also 8, 32 and 128 points x 40 and 400 rows on a 32-layer model.")
     parser.add_argument("--only-scaling", action="store_true", help="Only the scaling runs (implies --scaling).")
+    parser.add_argument("--memory", action="store_true", help="Add each contender's peak memory (a fresh process each).")
+    parser.add_argument("--scaling-rows", type=int, nargs="+", default=[40, 400], help="Row counts of the scaling runs.")
+    parser.add_argument("--peak-of", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.peak_of:
+        name, model_dir, key, rows, positions, layers = json.loads(args.peak_of)
+        print(peak_memory(name, Path(model_dir), key, rows, positions, layers))
+        return
     from causalab_toy.models import install
 
     weekdays = install("weekdays")
@@ -187,14 +247,17 @@ def main() -> None:
         print_table([result])
 
     if not args.only_scaling:
-        report(bench("toy weekdays (8L, d64)", weekdays, "causalab-toy/weekdays", 60, [-4, -1], args.repeats))
-        report(bench("synthetic llama (8L, d256)", wide, str(wide), 40, [-4, -1], args.repeats))
+        report(bench("toy weekdays (8L, d64)", weekdays, "causalab-toy/weekdays", 60, [-4, -1], args.repeats,
+                     memory=args.memory))
+        report(bench("synthetic llama (8L, d256)", wide, str(wide), 40, [-4, -1], args.repeats, memory=args.memory))
     if args.scaling or args.only_scaling:
         deep = models.build(Path(tempfile.mkdtemp()) / "deep", arch="llama", layers=32, width=256, heads=8)
-        for rows in (40, 400):
+        for rows in args.scaling_rows:
             for layers, positions in ((4, [-4, -1]), (16, [-4, -1]), (32, [-7, -6, -4, -1])):
+                # pyvene's 400-row runs alone take tens of minutes: floor and hooks only there.
+                only = ("floor", "causalab hooks", "pyvene") if rows <= 40 else ("floor", "causalab hooks")
                 report(bench("synthetic llama (32L, d256)", deep, str(deep), rows, positions, 1,
-                             layers=layers, only=("floor", "causalab hooks", "pyvene")))
+                             layers=layers, only=only, memory=args.memory))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 

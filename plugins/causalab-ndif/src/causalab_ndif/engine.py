@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import sys
 
 from causalab_core.errors import EngineError
 from causalab_nnterp.engine import NnterpEngine
@@ -40,7 +41,9 @@ class NdifEngine(NnterpEngine):
         shown = f"{plan.model.key}@{plan.model.revision}" if plan.model.revision else plan.model.key
         preflight.refuse_unserved(model.to_model_key(), served_models(host), host, shown)
         try:
-            results, served = run_remote(model, plan, batch_size, host, client, self.allow_skew)
+            # nnsight prints the job's status lines on stdout; stdout is for what a run wrote.
+            with contextlib.redirect_stdout(sys.stderr):
+                results, served = run_remote(model, plan, batch_size, host, client, self.allow_skew)
         except Exception as exc:  # what the server raised, or what stopped the request
             raise local_error(exc, host) from None
         self.details = {

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 from typing import Any
 
 from causalab_core.errors import CausalabError
@@ -50,6 +52,6 @@ def ask_digests(model, host: str) -> dict[str, Any]:
 
     from causalab_core.provenance import installed_causalab
 
-    with model.session(remote=host):
+    with contextlib.redirect_stdout(sys.stderr), model.session(remote=host):
         installed = nnsight.save(installed_causalab())
     return installed
