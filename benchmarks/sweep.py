@@ -190,7 +190,7 @@ def bench(label: str, model_dir: Path, key: str, rows: int, positions: list[int]
     forwards = {"causalab hooks": 2 + len(positions) * layers, "hooks, no reuse": 2 * len(positions) * layers,
                 "causalab nnterp": 2 * len(positions) * layers}
     times = {name: [] for name in contenders}
-    splits = {}
+    splits: dict[str, list[dict]] = {}
     for repeat in range(repeats + 1):  # the first round warms up (loads weights), untimed
         for name, run in contenders.items():
             t = time.perf_counter()
@@ -198,9 +198,10 @@ def bench(label: str, model_dir: Path, key: str, rows: int, positions: list[int]
             if repeat:
                 times[name].append(time.perf_counter() - t)
             forwards.setdefault(name, got)
-            if isinstance(run, Causalab):
-                splits[name] = run.split
+            if repeat and isinstance(run, Causalab):
+                splits.setdefault(name, []).append(run.split)
     medians = {n: statistics.median(t) for n, t in times.items()}
+    splits = {n: {part: statistics.median(r[part] for r in runs) for part in runs[0]} for n, runs in splits.items()}
     peaks = measure_memory(contenders, model_dir, key, rows, positions, asked_layers) if memory else {}
     return {"model": label, "points": layers * len(positions), "rows": rows, "median_s": medians,
             "ratio_to_floor": {n: medians[n] / medians["floor"] for n in medians}, "forwards": forwards,
@@ -212,10 +213,13 @@ def print_table(results: list[dict]) -> None:
         print(f"\n{r['model']}: {r['points']} points x {r['rows']} rows", flush=True)
         peaks = r.get("peak_mib") or {}
         memory = f" {'peak MiB':>9}" if peaks else ""
-        print(f"  {'contender':<18} {'median s':>9} {'x floor':>8} {'forwards':>9}{memory}   compile / execute / write")
+        print(f"  {'contender':<18} {'median s':>9} {'x floor':>8} {'forwards':>9}{memory}   "
+              "compile / execute / write (medians; execute x floor)")
         for name, seconds in r["median_s"].items():
             split = r["split_s"].get(name)
             parts = " / ".join(f"{split[k]:.3f}" for k in ("compile", "execute", "write")) if split else ""
+            if split:
+                parts += f"  ({split['execute'] / r['median_s']['floor']:.2f}x)"
             peak = "" if not peaks else f" {peaks[name]:>9.1f}" if peaks.get(name) is not None else f" {'?':>9}"
             print(f"  {name:<18} {seconds:>9.3f} {r['ratio_to_floor'][name]:>7.2f}x {r['forwards'][name]:>9}{peak}   "
                   f"{parts}", flush=True)

@@ -32,6 +32,8 @@ class HooksEngine(Engine):
         self.optimize = optimize
         """Share read-only forwards across points and reuse clean prefixes (results are bit-identical)."""
         self._models: dict[tuple, torch.nn.Module] = {}
+        self._batch_cache: dict[tuple, list[Batch]] = {}
+        self._plan_prompts: tuple = ()
 
     def load(self, plan: Plan) -> torch.nn.Module:
         from transformers import AutoModelForCausalLM
@@ -59,6 +61,7 @@ class HooksEngine(Engine):
             raise EngineError(f"batch size must be 1 or more, got {batch_size}")
         model = self.load(plan)
         device = model.get_input_embeddings().weight.device
+        self._batch_cache, self._plan_prompts = {}, tuple(plan.prompts.values())
         results: dict[str, dict[str, torch.Tensor]] = {}
         stores: dict[str, dict] = {point.name: {} for point in plan.points}
         if self.optimize:
@@ -135,7 +138,7 @@ class HooksEngine(Engine):
         logits, lse, last = [], [], []
         for read in step.reads:
             store[read.name] = [None] * len(prompts)
-        for batch in batches(prompts, batch_size, device):
+        for batch in self._batches(prompts, batch_size, device):
             skip = contextlib.nullcontext()
             if prefix and prefix[2] > 0:
                 plan, cache, layer = prefix
@@ -160,6 +163,15 @@ class HooksEngine(Engine):
             return {}
         return {"answer_logits": torch.cat(logits), "logsumexp": torch.cat(lse)}
 
+    def _batches(self, prompts, batch_size, device) -> list[Batch]:
+        """The padded batches of these rows; a plan input's are built once per execute (every point runs them)."""
+        key = (id(prompts), batch_size)
+        if key not in self._batch_cache:
+            if not any(prompts is p for p in self._plan_prompts):
+                return list(batches(prompts, batch_size, device))  # training minibatches: new every step
+            self._batch_cache[key] = list(batches(prompts, batch_size, device))
+        return self._batch_cache[key]
+
     def _forward(self, model, batch: Batch):
         try:
             return model(
@@ -176,9 +188,9 @@ class HooksEngine(Engine):
             by_site[(read.site.module, read.site.tensor)][0].append(read)
         for write in step.writes:
             by_site[(write.site.module, write.site.tensor)][1].append(write)
-        order = [name for name, _ in model.named_modules()]
         stop_after = None
         if stop and step.scoring is None and not step.writes:
+            order = [name for name, _ in model.named_modules()]
             stop_after = max((order.index(m), m, t) for m, t in by_site)[1:]
         handles = []
         for (module_path, tensor), (reads, writes) in by_site.items():
