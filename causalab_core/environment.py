@@ -9,7 +9,8 @@ from rich.console import Group
 from rich.table import Table
 
 
-def _installed(packages: dict[str, str], distribution: str) -> str | None:
+def installed_version(packages: dict[str, str], distribution: str) -> str | None:
+    """A distribution's version in a server's ``/env`` listing, which keys packages by import name where it knows one."""
     for name in (distribution, distribution.replace("-", "_")):
         if name in packages:
             return packages[name]
@@ -29,14 +30,14 @@ def side_by_side(client: dict[str, Any], server: dict[str, Any]) -> Group:
         packages.add_column(column)
     packages.add_row("python", client["python"], server["python"], "" if client["python"] == server["python"] else "differs")
     for name, mine in client["versions"].items():
-        theirs = _installed(server["packages"], name)
+        theirs = installed_version(server["packages"], name)
         packages.add_row(name, _cell(mine), _cell(theirs), "" if mine == theirs else "differs")
     ours = client["causalab"]["distributions"]
     digests = server.get("causalab") or {}
     for name in sorted(set(ours) | set(digests)):
         mine = ours.get(name)
-        theirs = digests.get(name) or ({"version": _installed(server["packages"], name), "digest": None}
-                                        if _installed(server["packages"], name) else None)
+        theirs = digests.get(name) or ({"version": installed_version(server["packages"], name), "digest": None}
+                                        if installed_version(server["packages"], name) else None)
         left = _cell(mine["version"], mine["digest"]) if mine else "not installed"
         right = _cell(theirs["version"], theirs["digest"]) if theirs else "not installed"
         same = mine is not None and theirs is not None and mine["version"] == theirs["version"] and (

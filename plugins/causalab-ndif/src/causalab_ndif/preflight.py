@@ -11,15 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from causalab_core.environment import installed_version
 from causalab_core.errors import EngineError, PlanError
-
-
-def installed_version(packages: dict[str, str], distribution: str) -> str | None:
-    """A distribution's version in an ``/env`` listing, which keys packages by import name where it knows one."""
-    for name in (distribution, distribution.replace("-", "_"), distribution.lower()):
-        if name in packages:
-            return packages[name]
-    return None
 
 
 def version_skew(client: dict[str, str | None], packages: dict[str, str]) -> dict[str, tuple[str | None, str | None]]:
