@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import signal
+import sys
 from pathlib import Path
 
 import pytest
 
-from causalab_ndif.testserver.stack import Deployment, TestServer, marked_pids
+from causalab_ndif.testserver.stack import Deployment, TestServer
 
 ROOT = Path(__file__).resolve().parents[3]
 SERVED = ("weekdays", "entity")
@@ -29,9 +31,13 @@ def deployments() -> list[Deployment]:
 @pytest.fixture(scope="session")
 def ndif_server(tmp_path_factory):
     server = TestServer(tmp_path_factory.mktemp("ndif-server"))
-    server.start(deployments())
-    yield server
-    server.stop()
-    left = marked_pids(server.token)
-    assert left == [], f"test server processes still running: {left}"
+    # A terminated test run still stops the server: SIGTERM unwinds to this fixture's teardown.
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    try:
+        server.start(deployments())
+        yield server
+    finally:
+        server.stop()
+        signal.signal(signal.SIGTERM, previous)
+    assert server.running() == [], f"test server processes still running: {server.running()}"
 

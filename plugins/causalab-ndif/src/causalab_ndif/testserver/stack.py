@@ -8,7 +8,9 @@ which wraps a command line so that it runs inside the same namespace.
 
 Ray daemonizes outside any process group, so every process started here is
 marked with a token in its environment; :meth:`stop` kills exactly the
-processes that carry it, by id (never ``ray stop``, which kills by name).
+processes that carry it, and the ones it spawned itself (redis rewrites its
+environment block to set its process title, so its mark cannot be read back),
+by id (never ``ray stop``, which kills by name).
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ class TestServer:
     token: str = field(default_factory=lambda: secrets.token_hex(8))
     isolated: bool = field(default_factory=namespaces_allowed)
     holder: subprocess.Popen | None = None
+    spawned: list[subprocess.Popen] = field(default_factory=list)
 
     @property
     def host(self) -> str:
@@ -115,8 +118,10 @@ class TestServer:
 
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
         log = open(self.workdir / f"{name}.log", "ab")
-        return subprocess.Popen(self.command(argv), env=self.env(), stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        process = subprocess.Popen(self.command(argv), env=self.env(), stdout=log, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, start_new_session=True)
+        self.spawned.append(process)
+        return process
 
     def start(self, deployments: list[Deployment], timeout: float = 300) -> None:
         """Bring every service up and deploy ``deployments``; raises with the logs' tail if it cannot."""
@@ -175,18 +180,23 @@ class TestServer:
         if done.returncode != 0:
             raise RuntimeError(f"deploy failed: {done.stdout[-2000:]}{done.stderr[-3000:]}")
 
+    def running(self) -> list[int]:
+        """Ids of this server's processes that are still alive."""
+        spawned = [p.pid for p in self.spawned if p.poll() is None]
+        return sorted(set(marked_pids(self.token)) | set(spawned))
+
     def stop(self) -> list[int]:
         """Kill every process this server started, by id; returns the ids that were running."""
-        pids = marked_pids(self.token)
+        pids = self.running()
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pid in marked_pids(self.token):
+            for pid in self.running():
                 try:
                     os.kill(pid, sig)
                 except ProcessLookupError:
                     pass
             end = time.monotonic() + 10
-            while marked_pids(self.token) and time.monotonic() < end:
+            while self.running() and time.monotonic() < end:
                 time.sleep(0.2)
-        if self.holder is not None:
-            self.holder.wait(timeout=10)
+        for process in [*self.spawned, *([self.holder] if self.holder else [])]:
+            process.wait(timeout=10)
         return pids
