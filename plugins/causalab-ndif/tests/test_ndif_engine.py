@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import filecmp
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -118,17 +119,11 @@ def test_a_model_the_server_does_not_serve_is_refused_with_what_it_serves(ndif_s
 
 def test_an_unreachable_host_is_one_line_naming_it(sweep_doc, tmp_path):
     done = subprocess.run([CAUSALAB, "run", str(sweep_doc), "--engine", "ndif", "--out", str(tmp_path / "o")],
-                          capture_output=True, text=True, env={**_env(), "NDIF_HOST": "http://127.0.0.1:9"})
+                          capture_output=True, text=True, env={**os.environ, "NDIF_HOST": "http://127.0.0.1:9"})
     assert done.returncode == 1
     assert done.stderr.startswith("EngineError: cannot reach the NDIF server at http://127.0.0.1:9:")
     assert done.stderr.count("\n") == 1
     assert not (tmp_path / "o").exists()
-
-
-def _env() -> dict[str, str]:
-    import os
-
-    return dict(os.environ)
 
 
 # -- skew: a client whose causalab differs from the server's --------------------------------------
