@@ -27,12 +27,11 @@ class NdifEngine(NnterpEngine):
         return ServedTransformer(plan.model.source, key=plan.model.key, revision=plan.model.revision,
                                  dtype=plan.model.dtype)
 
-    def execute(self, plan, *, remote=True, batch_size=None, progress=None):
+    def run(self, plan, remote, batch_size):
+        """Check the server, send the session, and keep what it said about itself in ``details``."""
         from causalab_core.plugins import registry
         from causalab_core.provenance import causalab_digests, watched_versions
 
-        if batch_size is not None and batch_size < 1:
-            raise EngineError(f"batch size must be 1 or more, got {batch_size}")
         host = remote if isinstance(remote, str) and "://" in remote else resolved_host()
         client = causalab_digests(registry())["distributions"]
         wanted = {**watched_versions(), **{name: d["version"] for name, d in client.items()}}
@@ -52,9 +51,6 @@ class NdifEngine(NnterpEngine):
             "server_causalab": served["causalab"],
             "skew": {name: list(pair) for name, pair in {**skew, **served["skew"]}.items()},
         }
-        if progress:
-            for step in plan.steps():
-                progress(step.path)
         return results
 
 

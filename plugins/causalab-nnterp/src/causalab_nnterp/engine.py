@@ -51,11 +51,15 @@ class NnterpEngine(Engine):
     def execute(self, plan, *, remote=False, batch_size=None, progress=None):
         if batch_size is not None and batch_size < 1:
             raise EngineError(f"batch size must be 1 or more, got {batch_size}")
-        results = run_session(self.model(plan), plan, remote, batch_size)
+        results = self.run(plan, remote, batch_size)
         if progress:
             for step in plan.steps():
                 progress(step.path)
         return results
+
+    def run(self, plan, remote, batch_size):
+        """The plan's one session (the step a remote engine replaces)."""
+        return run_session(self.model(plan), plan, remote, batch_size)
 
 
 def run_session(model, plan, remote, batch_size):
