@@ -32,7 +32,8 @@ import torch
 from causalab_core import api
 from causalab_core.compiler import load_shell
 from causalab_core.plugins import registry
-from causalab_core.results import output_files, score, write_folder
+from causalab_core.output import write_folder
+from causalab_core.results import output_files, score
 from causalab_core.provenance import run_record
 from causalab_core.testing import models
 from causalab_core.testing.data import weekday_rows

@@ -8,13 +8,26 @@ from causalab_core.errors import CausalabError, DocumentError, EngineError, Plan
 from causalab_core.plugins import hookimpl, hookspec
 
 
-def __getattr__(name: str):
-    # The API pulls in the compiler; keep `import causalab_core` light for plugins.
-    if name in ("run", "plan", "validate"):
-        from causalab_core import api
+# The API pulls in the compiler; keep `import causalab_core` light for plugins.
+def run(*args, **kwargs):
+    """Compile, execute and score a document (see :func:`causalab_core.api.run`)."""
+    from causalab_core import api
 
-        return getattr(api, name)
-    raise AttributeError(name)
+    return api.run(*args, **kwargs)
+
+
+def plan(*args, **kwargs):
+    """Compile a document into a plan without loading weights (see :func:`causalab_core.api.plan`)."""
+    from causalab_core import api
+
+    return api.plan(*args, **kwargs)
+
+
+def validate(*args, **kwargs):
+    """Check a document and its data (see :func:`causalab_core.api.validate`)."""
+    from causalab_core import api
+
+    return api.validate(*args, **kwargs)
 
 
 __all__ = [

@@ -8,19 +8,23 @@ from pathlib import Path
 from typing import Any
 
 from causalab_core.compiler import compile_document
-from causalab_core.document import LoadedDocument, check_document, load_document
+from causalab_core.document import LoadedDocument, load_document
 from causalab_core.errors import EngineError
-from causalab_core.plan import Plan
+from causalab_core.ir import Plan
 from causalab_core.plugins import Registry, registry as default_registry
 from causalab_core.provenance import run_record
-from causalab_core.results import MetricResult, output_files, refuse_existing, score, write_folder
+from causalab_core.output import check_out, write_folder
+from causalab_core.results import MetricResult, output_files, score
 
 
 def validate(path: str | Path, *, data_root: str | Path | None = None, registry: Registry | None = None) -> LoadedDocument:
-    """Load a document and its rows and check it against the installed plugins."""
+    """Load a document and its rows and check them against the installed plugins and the model's shell.
+
+    Everything `plan` refuses, `validate` refuses: it compiles (tokenizer, config, no weights).
+    """
     reg = registry or default_registry()
     loaded = load_document(path, data_root)
-    check_document(loaded.document, reg, loaded.source)
+    compile_document(loaded, reg)
     return loaded
 
 
@@ -73,11 +77,12 @@ def run(
     """
     reg = registry or default_registry()
     out_path = Path(out) if out is not None else None
+    loaded = load_document(path, data_root)
     if out_path is not None:
-        refuse_existing(out_path, force)
+        check_out(out_path, force=force, protected=loaded.read_paths())
     engine_cls = reg.get("engine", engine, "--engine")
     remote = remote or engine_cls.runs_remote
-    built = compile_document(load_document(path, data_root), reg)
+    built = compile_document(loaded, reg)
     runner = engine_for(engine, built, remote, reg, device_map=device_map, allow_skew=allow_skew)
     outputs = runner.execute(built, remote=remote, batch_size=batch_size,
                              progress=progress(built) if progress else None)
@@ -86,5 +91,5 @@ def run(
                         details=runner.details)
     files = output_files(built, metrics, record, outputs)
     if out_path is not None:
-        write_folder(out_path, files, force)
+        write_folder(out_path, files, force, loaded.read_paths())
     return RunResult(built, metrics, record, files, out_path)

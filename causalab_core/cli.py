@@ -33,11 +33,22 @@ DataRoot = Annotated[Optional[Path], typer.Option(help="Folder that the document
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Show the full traceback of an error.")]
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like SIGINT so that the same cleanup runs."""
+
+
+def _terminate(signum, frame):
+    raise Terminated
+
+
 @contextmanager
 def reported(verbose: bool):
-    """Turn a causalab error into one line on stderr and its exit code."""
+    """Turn a causalab error into one line on stderr and its exit code; an interruption into `Interrupted`."""
     try:
         yield
+    except KeyboardInterrupt as exc:
+        err.print("Interrupted", markup=False)
+        raise typer.Exit(143 if isinstance(exc, Terminated) else 130) from None
     except CausalabError as exc:
         if verbose:
             err.print(traceback.format_exc(), markup=False)
@@ -79,13 +90,15 @@ def run(
                 document, out=out, engine=engine, batch_size=batch_size, device_map=device_map,
                 data_root=data_root, force=force, allow_skew=allow_skew, progress=_progress_bar(progress),
             )
-    for rel in result.files:
+    from causalab_core.output import MANIFEST
+
+    for rel in [*result.files, MANIFEST]:
         print(out / rel)
 
 
 @app.command()
 def validate(document: DocumentArg, data_root: DataRoot = None, verbose: Verbose = False) -> None:
-    """Check a document and its data against the schema and the installed plugins (no model needed)."""
+    """Check a document and its data against the schema, the installed plugins and the model's tokenizer and config (no weights)."""
     from causalab_core import api
 
     with reported(verbose):
@@ -105,7 +118,7 @@ def plan(
 ) -> None:
     """Compile a document against a weightless shell of its model and print the plan."""
     from causalab_core import api
-    from causalab_core.plan.render import render
+    from causalab_core.ir.render import render
 
     with reported(verbose):
         built = api.plan(document, data_root=data_root)
@@ -137,16 +150,12 @@ def plot(
     verbose: Verbose = False,
 ) -> None:
     """Draw each metric's summary over the sweep (heatmap for two axes) as FOLDER/<metric>.png."""
-    from causalab_core.plot import plot_metric
+    from causalab_core.plot import plot_metric, run_document
 
     with reported(verbose):
-        document = json.loads((folder / "document.json").read_text()) if (folder / "document.json").is_file() else None
-        if document is None:
-            from causalab_core.errors import OutputError
-
-            raise OutputError(f"{folder}: not a causalab output folder (no document.json)")
-        for name in metric or list(document.get("metrics", {})):
-            print(plot_metric(folder, name))
+        document = run_document(folder)
+        for name in metric or list(document["metrics"]):
+            print(plot_metric(folder, name, document))
 
 
 @app.command()
@@ -183,4 +192,7 @@ def env(
 
 
 def main() -> None:
+    import signal
+
+    signal.signal(signal.SIGTERM, _terminate)
     app()

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict
 if TYPE_CHECKING:
     import torch
 
-    from causalab_core.plan import Plan
+    from causalab_core.ir import Plan
 
 # Capabilities an engine may declare; a plan lists what it requires.
 CAPABILITIES = frozenset({"remote", "training", "heads"})
@@ -118,6 +118,10 @@ class Featurizer:
     def __init__(self, params: BaseModel, width: int):
         self.params = params
         self.width = width
+
+    @classmethod
+    def check_site(cls, params: BaseModel, width: int) -> None:
+        """Raise ValueError if ``params`` cannot work on a site ``width`` wide (compile time, no weights)."""
 
     def featurize(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         raise NotImplementedError

@@ -3,13 +3,30 @@
 from __future__ import annotations
 
 
+ECHO_LIMIT = 200
+
+
+def shorten(text: str, limit: int = ECHO_LIMIT) -> str:
+    """``text`` cut to about ``limit`` characters, saying how long it was."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
+def echo(value: object) -> str:
+    """A user's value as a message quotes it: its repr, cut to about 200 characters."""
+    try:
+        return shorten(repr(value))
+    except RecursionError:
+        return f"<a {type(value).__name__} nested too deep to show>"
+
+
 class CausalabError(Exception):
     """Base of every error causalab reports as a one-line message."""
 
     exit_code = 1
 
     def one_line(self) -> str:
-        text = " ".join(str(self).split())
+        # A message may quote user values; no single line should be megabytes long.
+        text = shorten(" ".join(str(self).split()), 2000)
         return f"{type(self).__name__}: {text}"
 
 

@@ -2,37 +2,62 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
+from typing import Any
 
 from causalab_core.compiler.sweep import axis_label
-from causalab_core.errors import OutputError
+from causalab_core.errors import OutputError, echo, shorten
+from causalab_core.output import add_file
 
 
-def sweep_table(folder: Path, metric: str) -> tuple[list[str], dict[tuple, float | None]]:
+def _read(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise OutputError(f"{path}: no such file (not a causalab output folder?)") from None
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise OutputError(f"{path}: cannot be read as JSON: {shorten(str(exc))}") from None
+
+
+def run_document(folder: Path) -> dict[str, Any]:
+    """The validated document a finished run wrote, as JSON."""
+    document = _read(folder / "document.json")
+    if not isinstance(document, dict) or not isinstance(document.get("metrics"), dict) \
+            or not isinstance(document.get("sweep", {}), dict):
+        raise OutputError(f"{folder / 'document.json'}: not a document causalab wrote (no metrics)")
+    return document
+
+
+def sweep_table(folder: Path, metric: str, document: dict[str, Any]) -> tuple[list[str], dict[tuple, float | None]]:
     """The sweep's axes and each point's summary mean, read from a run's output folder."""
-    document = json.loads((folder / "document.json").read_text())
+    if metric not in document["metrics"]:
+        raise OutputError(f"{folder}: the run has no metric {echo(metric)} (it has {', '.join(document['metrics'])})")
     axes = list(document.get("sweep", {}))
     if not axes:
         raise OutputError(f"{folder}: the run has no sweep to plot")
     means = {}
     for path in sorted(folder.glob(f"*/{metric}.json")):
-        content = json.loads(path.read_text())
-        means[tuple(axis_label(content["point"][a]) for a in axes)] = content["summary"].get("mean")
+        content = _read(path)
+        try:
+            means[tuple(axis_label(content["point"][a]) for a in axes)] = content["summary"].get("mean")
+        except (KeyError, TypeError, AttributeError):
+            raise OutputError(f"{path}: not a metric file causalab wrote (no point or summary)") from None
     if not means:
         raise OutputError(f"{folder}: no {metric}.json in any sweep point")
     return axes, means
 
 
-def plot_metric(folder: Path, metric: str) -> Path:
+def plot_metric(folder: Path, metric: str, document: dict[str, Any] | None = None) -> Path:
     """Write ``<folder>/<metric>.png``: a heatmap over two axes, a line over one."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    axes, means = sweep_table(folder, metric)
-    document = json.loads((folder / "document.json").read_text())
+    document = document or run_document(folder)
+    axes, means = sweep_table(folder, metric, document)
     values = {a: [axis_label(v) for v in document["sweep"][a]] for a in axes}
     fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
     if len(axes) == 1:
@@ -57,10 +82,10 @@ def plot_metric(folder: Path, metric: str) -> Path:
         fig.colorbar(image, ax=ax, label=metric)
     ax.set_title(f"{document.get('name') or folder.name}: {metric}")
     fig.tight_layout()
-    out = folder / f"{metric}.png"
-    fig.savefig(out, metadata={"Software": None})
+    png = io.BytesIO()
+    fig.savefig(png, format="png", metadata={"Software": None})
     plt.close(fig)
-    return out
+    return add_file(folder, f"{metric}.png", png.getvalue())
 
 
 def _key(axes, chosen, values):

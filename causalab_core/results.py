@@ -1,19 +1,15 @@
-"""Fill the plan the client kept with what an engine returned, score it, write the folder."""
+"""Fill the plan the client kept with what an engine returned, score it, and lay out the output files."""
 
 from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from causalab_core.contracts import MetricInputs
-from causalab_core.errors import EngineError, OutputError
-from causalab_core.plan import Plan, Point
+from causalab_core.errors import EngineError
+from causalab_core.ir import Plan, Point
 from causalab_core.plugins import Registry
 
 
@@ -157,34 +153,3 @@ def output_files(
         prefix = f"{result.point.name}/" if result.point.name else ""
         files[f"{prefix}{result.name}.json"] = dump(result.content)
     return files
-
-
-def refuse_existing(out: Path, force: bool) -> None:
-    """An existing non-empty folder is the user's: refuse it unless forced."""
-    if out.exists() and not out.is_dir():
-        raise OutputError(f"--out {out}: exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise OutputError(f"--out {out}: folder exists and is not empty (use --force to replace it)")
-
-
-def write_folder(out: Path, files: dict[str, bytes], force: bool) -> None:
-    """Write to a temporary sibling, then rename: the folder appears whole or not at all."""
-    refuse_existing(out, force)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    try:
-        for rel, data in files.items():
-            path = tmp / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-        os.chmod(tmp, 0o755)
-        old = None
-        if out.exists():
-            old = out.with_name(f".{out.name}.replaced.{os.getpid()}")
-            out.rename(old)
-        tmp.rename(out)
-        if old is not None:
-            shutil.rmtree(old)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise

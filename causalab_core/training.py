@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import torch
 
-from causalab_core.plan import Fit, Read, Run, Write
+from causalab_core.ir import Fit, Read, Run, Write
 from causalab_core.tensors import featurizer_for
 
 

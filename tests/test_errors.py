@@ -121,7 +121,8 @@ def test_a_multi_token_answer_is_refused_with_its_row(base_doc, write_doc):
     rows[2]["cf_answer"] = " Monday Tuesday"
     result = run_cli("plan", write_doc(base_doc, rows))
     assert result.exit_code == 1
-    assert "data row 2, column 'cf_answer'" in result.stderr and "2 tokens" in result.stderr
+    # Rows are named by the line of their JSONL file: the third row is line 3.
+    assert "row rows.jsonl:3, column 'cf_answer'" in result.stderr and "2 tokens" in result.stderr
 
 
 def test_verbose_adds_the_traceback(base_doc, write_doc):

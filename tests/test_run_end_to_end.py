@@ -29,7 +29,7 @@ def test_sweep_writes_every_point_and_twice_gives_the_same_bytes(sweep_doc, tmp_
     assert cli("run", sweep_doc, "--out", second, "--batch-size", "42").returncode == 0
 
     points = [f"layers={layer},pos={pos}" for layer in range(4) for pos in (-4, -1)]
-    expected = {"document.json", "run.json"} | {
+    expected = {"document.json", "run.json", "manifest.json"} | {
         f"{p}/{f}" for p in points for f in ("document.json", "iia.json", "logit_diff.json", "p_answer.json")
     }
     assert {str(p.relative_to(first)) for p in first.rglob("*") if p.is_file()} == expected
@@ -77,14 +77,14 @@ def test_run_json_records_engine_versions_and_digests(sweep_doc, tmp_path):
 
 def test_an_existing_output_folder_is_kept_unless_forced(sweep_doc, tmp_path):
     out = tmp_path / "o"
-    out.mkdir()
-    (out / "mine.txt").write_text("keep me")
+    assert cli("run", sweep_doc, "--out", out).returncode == 0
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
     refused = cli("run", sweep_doc, "--out", out)
     assert refused.returncode == 2
     assert refused.stderr.strip().count("\n") == 0 and "--force" in refused.stderr
-    assert (out / "mine.txt").read_text() == "keep me"
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before
     assert cli("run", sweep_doc, "--out", out, "--force").returncode == 0
-    assert not (out / "mine.txt").exists() and (out / "run.json").exists()
+    assert (out / "run.json").exists() and {p for p in out.rglob("*")} == set(before)
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary left
 
 

@@ -11,10 +11,11 @@ from causalab_core.compiler.shell import Shell, load_shell, resolve_source
 from causalab_core.compiler.sweep import points, substitute
 from causalab_core.contracts import Resolved
 from causalab_core.document import LoadedDocument, check_document
+from causalab_core.document.load import row_name
 from causalab_core.document.schema import ReadSpec, WriteSpec
-from causalab_core.errors import PlanError
+from causalab_core.errors import PlanError, echo
 from causalab_core.compiler.featurizers import check_loaded, train_rows
-from causalab_core.plan import (
+from causalab_core.ir import (
     FeaturizerRef, Fit, MetricPlan, Plan, Point, PositionRecord, Read, Run, Scoring, Write,
 )
 from causalab_core.plugins import Registry
@@ -25,23 +26,24 @@ def answer_token(tokenizer: Any, rows: tuple[dict, ...], column: str, where: str
     ids = []
     for i, row in enumerate(rows):
         if column not in row:
-            raise PlanError(f"{where}: data row {i} has no column {column!r}")
+            raise PlanError(f"{where}: {row_name(rows, i)} has no column {column!r}")
         value = row[column]
         if not isinstance(value, str):
-            raise PlanError(f"{where}: data row {i}, column {column!r}: an answer must be a string")
+            raise PlanError(f"{where}: {row_name(rows, i)}, column {column!r}: an answer must be a string, "
+                            f"got {echo(value)}")
         tokens = tokenizer(value, add_special_tokens=False)["input_ids"]
         if len(tokens) != 1:
             raise PlanError(
-                f"{where}: data row {i}, column {column!r}: answer {value!r} is {len(tokens)} tokens, "
+                f"{where}: {row_name(rows, i)}, column {column!r}: answer {echo(value)} is {len(tokens)} tokens, "
                 "not one (answers are scored as the next token; mind the leading space)"
             )
         ids.append(tokens[0])
     return tuple(ids)
 
 
-def _some(by_row: dict, limit: int = 8) -> str:
-    """A dict of rows for a message, cut after ``limit`` entries."""
-    shown = dict(list(by_row.items())[:limit])
+def _some(by_row: dict, rows: Any, limit: int = 8) -> str:
+    """Rows (by index) for a message, named as every message names them, cut after ``limit`` entries."""
+    shown = {row_name(rows, i).removeprefix("row "): v for i, v in list(by_row.items())[:limit]}
     more = len(by_row) - len(shown)
     return f"{shown}" + (f" and {more} more" if more else "")
 
@@ -161,6 +163,7 @@ class Compiler:
                 if params.get("load") and not Path(params["load"]).is_absolute():
                     params["load"] = str(self.loaded.data_folder / params["load"])
                 featurizer = FeaturizerRef(spec.featurizer, fspec["kind"], params)
+                self._check_featurizer(featurizer, site, f"$.featurizers.{spec.featurizer}", name)
                 check_loaded(featurizer, self.ref, site, spec.position, f"$.featurizers.{spec.featurizer}")
                 if fspec.get("train") and spec.featurizer not in fits:
                     fits[spec.featurizer] = self.fit(name, featurizer, fspec["train"], spec, reads[spec.source],
@@ -185,11 +188,11 @@ class Compiler:
         for name, resolved in (("read", source), ("write", target)):
             failed = {i: r.reason for i, r in enumerate(resolved) if r.reason is not None}
             if failed:
-                raise PlanError(f"{where}: the {name} position has nothing on training row(s) {_some(failed)}")
+                raise PlanError(f"{where}: the {name} position has nothing on training row(s) {_some(failed, rows)}")
         widths = {i: (len(t.positions), len(s.positions)) for i, (t, s) in enumerate(zip(target, source))
                   if len(t.positions) != len(s.positions)}
         if widths:
-            raise PlanError(f"{where}: window widths differ between write and read on training row(s) {_some(widths)}")
+            raise PlanError(f"{where}: window widths differ between write and read on training row(s) {_some(widths, rows)}")
         return Fit(
             path=self._path(point, f"fit/{featurizer.name}"),
             featurizer=featurizer,
@@ -203,17 +206,26 @@ class Compiler:
             epochs=train["epochs"], batch_size=train["batch_size"], lr=train["lr"], seed=train["seed"],
         )
 
+    def _check_featurizer(self, featurizer: FeaturizerRef, site, where: str, point: str) -> None:
+        """What the featurizer's plugin can check against the site's width, before weights load."""
+        cls = self.registry.get("featurizer", featurizer.kind)
+        try:
+            cls.check_site(cls.Params.model_validate(featurizer.params), site.width)
+        except ValueError as exc:
+            at = f" (sweep point {point})" if point else ""
+            raise PlanError(f"{where}: {exc}{at}") from None
+
     def _check_write(self, wname, where, point, site, resolved, source: Read) -> None:
         at = f" at sweep point {point}" if point else ""
         missing = {i: r.reason for i, r in enumerate(resolved) if r.reason is not None}
         if missing:
             raise PlanError(
-                f"write {wname!r} has nothing to write on row(s) {_some(missing)}{at}. A read may skip a row; "
+                f"write {wname!r} has nothing to write on row(s) {_some(missing, self.loaded.rows)}{at}. A read may skip a row; "
                 "a write may not: the row would score as if an intervention had happened"
             )
         unread = {i: "source_not_eligible" for i, w in enumerate(source.windows) if not w}
         if unread:
-            raise PlanError(f"write {wname!r}: its source read {source.name!r} has no value on row(s) {_some(unread)}{at}")
+            raise PlanError(f"write {wname!r}: its source read {source.name!r} has no value on row(s) {_some(unread, self.loaded.rows)}{at}")
         if site.width != source.site.width:
             raise PlanError(
                 f"{where}: site width {site.width} differs from read {source.name!r}'s width {source.site.width}{at}"
@@ -223,7 +235,7 @@ class Compiler:
         if widths:
             raise PlanError(
                 f"write {wname!r}: window widths differ from read {source.name!r} on row(s) "
-                f"{{row: (write, read)}} {_some(widths)}{at}"
+                f"{{row: (write, read)}} {_some(widths, self.loaded.rows)}{at}"
             )
 
     def _path(self, point: str, input_name: str) -> str:
@@ -274,5 +286,10 @@ def compile_document(loaded: LoadedDocument, registry: Registry) -> Plan:
     """Validate against the installed plugins, build the shell, and compile the plan."""
     check_document(loaded.document, registry, loaded.source)
     model = loaded.document.model
-    shell = load_shell(resolve_source(model.key, model.revision, registry))
-    return Compiler(loaded, shell, registry).plan()
+    try:
+        shell = load_shell(resolve_source(model.key, model.revision, registry, Path(loaded.source).parent))
+        return Compiler(loaded, shell, registry).plan()
+    except PlanError as exc:
+        if str(exc).startswith(loaded.source):
+            raise
+        raise PlanError(f"{loaded.source}: {exc}") from None

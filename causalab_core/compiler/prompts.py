@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from causalab_core.contracts import RowText
-from causalab_core.errors import PlanError
+from causalab_core.document.load import row_name
+from causalab_core.errors import PlanError, echo
 
 ROLES = ("system", "user", "assistant")
 
@@ -50,15 +51,19 @@ def tokenize_inputs(
         renamed = (variables or {}).get(name, {})
         texts, segments, chat = [], [], None
         for i, row in enumerate(rows):
+            where = f"{row_name(rows, i)}, column {name!r}"
             if name not in row:
-                raise PlanError(f"$.inputs: data row {i} has no column {name!r}")
+                raise PlanError(f"$.inputs: {row_name(rows, i)} has no column {name!r}")
             value = row[name]
-            is_chat = not isinstance(value, str)
+            if not isinstance(value, (str, list)):
+                raise PlanError(f"{where}: a prompt is a string or a list of chat messages "
+                                f"({{\"role\": ..., \"content\": ...}}), got {echo(value)}")
+            is_chat = isinstance(value, list)
             if chat is not None and is_chat != chat:
-                raise PlanError(f"data row {i}, column {name!r}: mixes chat and plain prompts in one input")
+                raise PlanError(f"{where}: mixes chat and plain prompts in one input")
             chat = is_chat
             if is_chat:
-                text, spans = render_chat(tokenizer, value, f"data row {i}, column {name!r}")
+                text, spans = render_chat(tokenizer, value, where)
             else:
                 text, spans = value, {}
             texts.append(text)

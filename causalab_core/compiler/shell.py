@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from causalab_core.errors import PlanError
-from causalab_core.plan import ModelRef, Site
+from causalab_core.errors import PlanError, shorten
+from causalab_core.ir import ModelRef, Site
 from causalab_core.plugins import Registry
 
 # Child-module names that architectures use for the same part of a block.
@@ -17,14 +17,21 @@ MLP_NAMES = ("mlp", "feed_forward", "ffn")
 ATTN_OUT_NAMES = ("o_proj", "c_proj", "out_proj", "dense")
 
 
-def resolve_source(key: str, revision: str | None, registry: Registry) -> Path:
-    """Where the checkpoint for ``key`` is on this machine; never touches the network."""
+def resolve_source(key: str, revision: str | None, registry: Registry, folder: Path | None = None) -> Path:
+    """Where the checkpoint for ``key`` is on this machine; never touches the network.
+
+    A relative directory is relative to ``folder`` (the document's), like data paths.
+    """
     found = registry.model_source(key, revision)
     if found:
         return Path(found)
-    local = Path(key).expanduser()
+    local = (folder or Path.cwd()) / Path(key).expanduser()
     if local.is_dir():
+        if not (local / "config.json").is_file():
+            raise PlanError(f"$.model.key: {str(local)!r} is a folder but not a model checkpoint (no config.json)")
         return local.resolve()
+    if local.exists():
+        raise PlanError(f"$.model.key: {str(local)!r} is a file; a model key names a checkpoint folder")
     try:
         from huggingface_hub import snapshot_download
 
@@ -87,8 +94,12 @@ def load_shell(source: Path) -> Shell:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    config = AutoConfig.from_pretrained(source, local_files_only=True)
-    tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
+    try:
+        config = AutoConfig.from_pretrained(source, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
+    except (OSError, ValueError, KeyError) as exc:
+        raise PlanError(f"$.model.key: {str(source)!r} is not a checkpoint transformers can read: "
+                        f"{shorten(' '.join(str(exc).split()))}") from None
     with torch.device("meta"):
         module = AutoModelForCausalLM.from_config(config)
     layers = [

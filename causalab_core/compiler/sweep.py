@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
+import re
+from collections import Counter
 from typing import Any
 
 from causalab_core.document.schema import Document
+from causalab_core.errors import PlanError
 
 
-def axis_label(value: Any) -> str:
-    """How a sweep value appears in a folder name.
-
-    Integers as themselves; anchored positions compactly (``entity[-1]``,
-    ``user[1][-1]``, ``entity@user[1][0]``, ``entity``); other objects as
-    their keys and values.
-    """
+def _compact(value: Any) -> str | None:
+    """The short form of an integer, a string or an anchored position, else None."""
     if isinstance(value, (int, str)):
         return str(value)
     if isinstance(value, dict):
@@ -28,10 +27,50 @@ def axis_label(value: Any) -> str:
                 return name
         if set(value) == {"index"}:
             return str(value["index"])
+    return None
+
+
+def axis_label(value: Any) -> str:
+    """How a sweep value is shown in tables and plots.
+
+    Integers as themselves; anchored positions compactly (``entity[-1]``,
+    ``user[1][-1]``, ``entity@user[1][0]``, ``entity``); other objects as
+    their keys and values.
+    """
+    compact = _compact(value)
+    if compact is not None:
+        return compact
     text = json.dumps(value, separators=(",", ":"), sort_keys=True)
     for old, new in (('"', ""), ("{", ""), ("}", ""), (":", "="), (",", ";"), ("/", "_")):
         text = text.replace(old, new)
     return text
+
+
+# A label used as is in a folder name: no separators, no leading dot or dash, nothing a shell expands.
+_PLAIN = re.compile(r"-?[A-Za-z0-9_][A-Za-z0-9_.+@\[\]-]*")
+_LABEL_LIMIT = 40
+_NAME_LIMIT = 200
+
+
+def _hash(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:8]
+
+
+def _hashed(value: Any) -> str:
+    """A readable short form of an odd or long value, and a stable hash that tells values apart."""
+    readable = re.sub(r"[^A-Za-z0-9_.+@=-]+", "_", axis_label(value)).strip("._-")[:24]
+    return f"{readable}-{_hash(value)}" if readable else _hash(value)
+
+
+def folder_labels(values: list[Any]) -> list[str]:
+    """One axis's values as folder-name parts: safe, and distinct even on a case-blind filesystem."""
+    labels = []
+    for value in values:
+        compact = _compact(value)
+        plain = compact is not None and _PLAIN.fullmatch(compact) and len(compact) <= _LABEL_LIMIT
+        labels.append(compact if plain else _hashed(value))
+    seen = Counter(label.lower() for label in labels)
+    return [_hashed(v) if seen[label.lower()] > 1 else label for v, label in zip(values, labels)]
 
 
 def points(document: Document) -> list[tuple[str, tuple[tuple[str, Any], ...]]]:
@@ -39,10 +78,17 @@ def points(document: Document) -> list[tuple[str, tuple[tuple[str, Any], ...]]]:
     if not document.sweep:
         return [("", ())]
     axes = list(document.sweep)
-    out = []
-    for combo in itertools.product(*(document.sweep[a] for a in axes)):
-        values = tuple(zip(axes, combo))
-        out.append((",".join(f"{a}={axis_label(v)}" for a, v in values), values))
+    labels = {a: folder_labels(document.sweep[a]) for a in axes}
+    out, taken = [], {}
+    for combo in itertools.product(*(range(len(document.sweep[a])) for a in axes)):
+        values = tuple((a, document.sweep[a][i]) for a, i in zip(axes, combo))
+        name = ",".join(f"{a}={labels[a][i]}" for a, i in zip(axes, combo))
+        if len(name) > _NAME_LIMIT:
+            name = f"{name[:_NAME_LIMIT - 9]}-{_hash(values)}"
+        if name.lower() in taken:
+            raise PlanError(f"sweep points {taken[name.lower()]} and {dict(values)} would share the folder {name!r}")
+        taken[name.lower()] = dict(values)
+        out.append((name, values))
     return out
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pydantic import ValidationError
 
 from causalab_core.document.load import json_path
-from causalab_core.document.schema import Document, SweepRef
-from causalab_core.errors import DocumentError, PluginError
+from causalab_core.document.schema import SWEEPABLE, Document, SweepRef
+from causalab_core.errors import DocumentError, PluginError, echo
 from causalab_core.plugins import Registry
 
 
@@ -71,9 +72,22 @@ def check_references(document: Document) -> None:
         if axis not in document.sweep:
             raise DocumentError(f"{where}: no sweep axis named {axis!r} under $.sweep")
         used.add(axis)
-    for axis in document.sweep:
+        field = where.rsplit(".", 1)[1]
+        if where.startswith(("$.reads.", "$.writes.")) and field in SWEEPABLE:
+            kind, accepts = SWEEPABLE[field]
+            for i, value in enumerate(document.sweep[axis]):
+                if not accepts(value) or (isinstance(value, dict) and set(value) == {"sweep"}):
+                    raise DocumentError(f"$.sweep.{axis}[{i}] (used by {where}): expected {kind}, got {echo(value)}")
+    for axis, values in document.sweep.items():
         if axis not in used:
             raise DocumentError(f"$.sweep.{axis}: the axis is not referenced by any read or write")
+        first: dict[str, int] = {}
+        for i, value in enumerate(values):
+            key = json.dumps(value, sort_keys=True)
+            if key in first:
+                raise DocumentError(f"$.sweep.{axis}[{i}]: repeats $.sweep.{axis}[{first[key]}] "
+                                    f"({echo(value)}); each point would run twice")
+            first[key] = i
 
 
 def _sweep_variants(document: Document, spec: Any) -> list[dict]:

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from causalab_core.document.schema import DataSpec, Document
-from causalab_core.errors import DocumentError
+from causalab_core.errors import DocumentError, echo, shorten
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,16 @@ class LoadedDocument:
     rows: tuple[dict[str, Any], ...]
     data_folder: Path
     """Where relative data paths resolve: --data-root, or the document's folder."""
+
+    def read_paths(self) -> list[Path]:
+        """Every file or folder this run reads: the document, its data, training data, featurizer files, the model."""
+        doc = self.document
+        data = [doc.data] + [f.train.data for f in doc.featurizers.values() if f.train is not None]
+        paths = [Path(self.source)] + [self.data_folder / d.path for d in data if d.path]
+        loads = [(f.model_extra or {}).get("load") for f in doc.featurizers.values()]
+        paths += [self.data_folder / load for load in loads if isinstance(load, str)]
+        model = Path(self.source).parent / Path(doc.model.key).expanduser()
+        return paths + ([model] if model.is_dir() else [])
 
 
 def json_path(loc: tuple[Any, ...], data: Any) -> str:
@@ -54,7 +64,8 @@ def _describe(error: dict[str, Any]) -> str:
     msg = error["msg"].removeprefix("Value error, ")
     if error["type"] in {"literal_error", "string_pattern_mismatch", "int_type", "string_type",
                          "dict_type", "list_type", "too_short", "greater_than_equal"}:
-        msg += f" (got {error['input']!r})"
+        msg += f" (got {echo(error['input'])})"
+    msg = shorten(msg)
     return msg
 
 
@@ -65,50 +76,110 @@ def validation_message(source: str, exc: ValidationError, data: Any) -> str:
     return f"{source}: {json_path(tuple(first['loc']), data)}: {_describe(first)}{tail}"
 
 
+MAX_DEPTH = 100
+"""Deepest nesting a document or a data row may have: far beyond any real one, far below Python's recursion limit."""
+
+
+def too_deep(value: Any, limit: int = MAX_DEPTH) -> str | None:
+    """The JSON path of the first value nested deeper than ``limit``, or None (iterative: any depth)."""
+    stack = [(value, "$", 0)]
+    while stack:
+        node, where, depth = stack.pop()
+        if depth > limit:
+            return where
+        if isinstance(node, dict):
+            stack += [(v, f"{where}.{k}" if len(where) < 200 else where, depth + 1) for k, v in node.items()]
+        elif isinstance(node, list):
+            stack += [(v, f"{where}[{i}]" if len(where) < 200 else where, depth + 1) for i, v in enumerate(node)]
+    return None
+
+
 def parse_document(data: Any, source: str) -> Document:
     if not isinstance(data, dict):
         raise DocumentError(f"{source}: $: expected a JSON object, got {type(data).__name__}")
+    deep = too_deep(data)
+    if deep:
+        raise DocumentError(f"{source}: {deep}: nested deeper than {MAX_DEPTH} levels")
     try:
         return Document.model_validate(data)
     except ValidationError as exc:
         raise DocumentError(validation_message(source, exc, data)) from None
 
 
-def read_json(path: Path) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise DocumentError(f"{path}: no such file") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
-        raise DocumentError(f"{path}: cannot read: {exc}") from None
+def _loads(text: str, where: str, *, lines: bool = True) -> Any:
+    """JSON text -> value; bad or absurdly deep JSON is one DocumentError naming ``where``."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise DocumentError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+        at = f" at line {exc.lineno} column {exc.colno}" if lines else f" at column {exc.colno}"
+        raise DocumentError(f"{where}: invalid JSON{at}: {exc.msg}") from None
+    except RecursionError:
+        raise DocumentError(f"{where}: JSON nested deeper than {MAX_DEPTH} levels") from None
 
 
-def load_rows(data: DataSpec, folder: Path, source: str = "", where: str = "$.data") -> tuple[dict[str, Any], ...]:
+def read_text(path: Path, where: str) -> str:
+    """A UTF-8 file's text; a missing file, a folder or bad bytes is one DocumentError line."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise DocumentError(f"{where}: no such file") from None
+    except IsADirectoryError:
+        raise DocumentError(f"{where}: is a folder, not a file") from None
+    except OSError as exc:
+        raise DocumentError(f"{where}: cannot be read: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise DocumentError(f"{path}:{line}: not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start})") from None
+
+
+def read_json(path: Path) -> Any:
+    return _loads(read_text(path, str(path)), str(path))
+
+
+class Rows(tuple):
+    """Data rows, each with the name a user finds it by: ``FILE:LINE`` of a JSONL file, or ``$.data.rows[i]``."""
+
+    names: tuple[str, ...]
+
+    def __new__(cls, rows: Any, names: Any) -> Rows:
+        made = super().__new__(cls, rows)
+        made.names = tuple(names)
+        return made
+
+
+def row_name(rows: Any, i: int) -> str:
+    """How messages name row ``i``: the line of its JSONL file (what a user can open), or its inline path."""
+    names = getattr(rows, "names", None)
+    return f"row {names[i]}" if names else f"row $.data.rows[{i}]"
+
+
+def load_rows(data: DataSpec, folder: Path, source: str = "", where: str = "$.data") -> Rows:
     """Rows inline, or read from a JSONL file relative to ``folder``."""
+    at = f"{source}: " if source else ""
     if data.rows is not None:
-        return tuple(data.rows)
+        if not data.rows:
+            raise DocumentError(f"{at}{where}.rows: no rows (a document needs at least one)")
+        return Rows(data.rows, (f"{where}.rows[{i}]" for i in range(len(data.rows))))
     rel = Path(data.path)
     path = rel if rel.is_absolute() else folder / rel
-    if not path.is_file():
-        raise DocumentError(f"{source}: {where}.path: data file {str(path)!r} does not exist")
-    rows = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    text = read_text(path, f"{at}{where}.path: data file {str(path)!r}")
+    rows, names = [], []
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DocumentError(f"{path}:{number}: invalid JSON: {exc.msg}") from None
+        row = _loads(line, f"{path}:{number}", lines=False)
         if not isinstance(row, dict):
-            raise DocumentError(f"{path}:{number}: a row must be a JSON object")
+            raise DocumentError(f"{path}:{number}: a row must be a JSON object, got {type(row).__name__}")
+        deep = too_deep(row)
+        if deep:
+            raise DocumentError(f"{path}:{number}: {deep}: nested deeper than {MAX_DEPTH} levels")
         rows.append(row)
+        names.append(f"{path.name}:{number}")
     if not rows:
         raise DocumentError(f"{path}: the data file has no rows")
-    return tuple(rows)
+    return Rows(rows, names)
 
 
 def load_document(path: str | Path, data_root: str | Path | None = None) -> LoadedDocument:

@@ -65,13 +65,17 @@ def _is_position(value: Any) -> bool:
     return (isinstance(value, int) and not isinstance(value, bool)) or isinstance(value, dict)
 
 
-Layer = _sweepable("a layer number (0 or more)", _is_index, {"type": "integer", "minimum": 0})
-Head = _sweepable("a head number (0 or more)", _is_index, {"type": "integer", "minimum": 0})
-Position = _sweepable(
-    "a position (an integer, negative counts from the end, or an object a position plugin accepts)",
-    _is_position,
-    {"anyOf": [{"type": "integer"}, {"type": "object"}]},
-)
+SWEEPABLE = {
+    "layer": ("a layer number (0 or more)", _is_index),
+    "head": ("a head number (0 or more)", _is_index),
+    "position": ("a position (an integer, negative counts from the end, or an object a position plugin accepts)",
+                 _is_position),
+}
+"""What a swept value of each field must be: checked like a literal one (document.check)."""
+
+Layer = _sweepable(*SWEEPABLE["layer"], {"type": "integer", "minimum": 0})
+Head = _sweepable(*SWEEPABLE["head"], {"type": "integer", "minimum": 0})
+Position = _sweepable(*SWEEPABLE["position"], {"anyOf": [{"type": "integer"}, {"type": "object"}]})
 
 
 class ModelSpec(Frozen):

@@ -48,7 +48,7 @@ def saved_rotation(tmp_path, write_doc, model_key, rank=3):
     from safetensors.torch import save_file
 
     from causalab_core.compiler.featurizers import identity
-    from causalab_core.plan import FeaturizerRef
+    from causalab_core.ir import FeaturizerRef
 
     plan = api.plan(write_doc(sweep_document(model_key, layers=[1], positions=[-4]), weekday_rows(4), name="probe.json"))
     site = plan.points[0].steps[-1].writes[0].site

@@ -59,7 +59,7 @@ def test_a_loaded_das_rotation_applies_as_on_the_hooks_engine(write_doc, tiny_ll
     from safetensors.torch import save_file
 
     from causalab_core.compiler.featurizers import identity
-    from causalab_core.plan import FeaturizerRef
+    from causalab_core.ir import FeaturizerRef
     from causalab_hooks.engine import HooksEngine
 
     doc = sweep_document(str(tiny_llama), layers=[2], positions=[-1])

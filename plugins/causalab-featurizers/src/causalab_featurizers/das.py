@@ -28,11 +28,15 @@ class DAS(torch.nn.Module, Featurizer):
     Params = DASParams
     trainable = True
 
+    @classmethod
+    def check_site(cls, params: DASParams, width: int) -> None:
+        if params.rank > width:
+            raise ValueError(f"`rank` {params.rank} exceeds the site width {width}")
+
     def __init__(self, params: DASParams, width: int):
         torch.nn.Module.__init__(self)
         Featurizer.__init__(self, params, width)
-        if params.rank > width:
-            raise ValueError(f"DAS rank {params.rank} exceeds the site width {width}")
+        self.check_site(params, width)
         linear = torch.nn.Linear(width, width, bias=False, dtype=torch.float32)
         self.rotate = parametrizations.orthogonal(linear, orthogonal_map="cayley")
         if params.load:

@@ -9,7 +9,7 @@ import torch
 
 from causalab_core.contracts import Engine
 from causalab_core.errors import EngineError
-from causalab_core.plan import Fit, Plan, Run
+from causalab_core.ir import Fit, Plan, Run
 from causalab_core.training import fit_featurizer, minibatch
 from causalab_core.tensors import Batch, as_heads, batches, featurizers_for, gather, scatter, score
 from causalab_hooks.reuse import first_written_layer, is_shared, shared_reads, skipped_blocks

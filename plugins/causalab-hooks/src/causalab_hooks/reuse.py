@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 
-from causalab_core.plan import Point, Read, Run
+from causalab_core.ir import Point, Read, Run
 
 
 def shared_reads(points: tuple[Point, ...]) -> dict[str, Run]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from causalab_core.plan.ir import Plan, PositionRecord, Site
+from causalab_core.ir.nodes import Plan, PositionRecord, Site
 
 
 def _site(site: Site) -> str:

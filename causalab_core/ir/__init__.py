@@ -1,7 +1,7 @@
 """The plan IR (plain data) and the error for documents that cannot be planned."""
 
 from causalab_core.errors import PlanError
-from causalab_core.plan.ir import (
+from causalab_core.ir.nodes import (
     FeaturizerRef,
     Fit,
     MetricPlan,

@@ -1,0 +1,230 @@
+"""The output folder: which --out may be written or replaced, and its atomic, recoverable swap.
+
+A folder is causalab's when its ``manifest.json`` lists every file in it with
+the sha256 causalab wrote; ``--force`` replaces only such a folder (or an
+empty one). The new folder is written beside the old one and swapped in with
+SIGINT/SIGTERM deferred; a run killed mid-swap leaves ``.NAME.replaced.PID``,
+which the next run on that path puts back or removes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import tempfile
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from causalab_core.errors import OutputError
+
+MANIFEST = "manifest.json"
+MARK = "causalab output"
+
+
+def _step(name: str) -> None:
+    """A named moment of the swap (tests inject interruptions here)."""
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _manifest(digests: dict[str, str]) -> bytes:
+    return (json.dumps({"written_by": MARK, "files": dict(sorted(digests.items()))}, indent=1) + "\n").encode()
+
+
+def _read_manifest(folder: Path) -> dict[str, str] | None:
+    try:
+        listing = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(listing, dict) or listing.get("written_by") != MARK or not isinstance(listing.get("files"), dict):
+        return None
+    return listing["files"]
+
+
+def _leftover(name: str) -> re.Pattern:
+    """What an interrupted run on ``name`` leaves beside it: its unfinished or its replaced folder."""
+    n = re.escape(name)
+    return re.compile(rf"\.{n}\.(?:replaced\.(?P<old>\d+)|(?P<new>\d+)\.[^./]+\.tmp)")
+
+
+_ANY_LEFTOVER = re.compile(r"\..+\.(?:replaced\.\d+|\d+\.[^./]+\.tmp)")
+
+
+def first_foreign(folder: Path) -> str | None:
+    """The first path in ``folder`` (sorted) that causalab did not write there, or None."""
+    listed = _read_manifest(folder)
+    if listed is None:
+        entries = sorted(p.name for p in folder.iterdir() if not _ANY_LEFTOVER.fullmatch(p.name))
+        return f"{entries[0]} (the folder has no causalab {MANIFEST})" if entries else None
+    dirs = {str(p) for rel in listed for p in Path(rel).parents} | {"."}
+    for root, subdirs, names in os.walk(folder):
+        subdirs.sort()
+        rel_root = Path(root).relative_to(folder)
+        if str(rel_root) == "." and MANIFEST in names:
+            names.remove(MANIFEST)
+        for sub in list(subdirs):
+            rel = rel_root / sub
+            if str(rel_root) == "." and _ANY_LEFTOVER.fullmatch(sub):
+                subdirs.remove(sub)
+            elif (Path(root) / sub).is_symlink() or str(rel) not in dirs:
+                return f"{rel}/"
+        for name in sorted(names):
+            rel = str(rel_root / name)
+            path = Path(root) / name
+            if path.is_symlink() or rel not in listed:
+                return rel
+            if _digest(path.read_bytes()) != listed[rel]:
+                return f"{rel} (changed since causalab wrote it)"
+    return None
+
+
+def _pid_running(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # this process: any leftover of ours is from a run that already ended
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def recover(out: Path) -> None:
+    """Put back a folder an interrupted swap moved aside; remove what interrupted runs left."""
+    parent, pattern = out.parent, _leftover(out.name)
+    if not parent.is_dir():
+        return
+    for entry in sorted(parent.iterdir()):
+        found = pattern.fullmatch(entry.name)
+        if not found or _pid_running(int(found["old"] or found["new"])):
+            continue
+        if found["old"] and not out.exists() and not out.is_symlink():
+            entry.rename(out)
+        else:
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _protected(out: Path, protected: Iterable[Path]) -> str | None:
+    """Why ``out`` must never be replaced, or None."""
+    cwd, home = Path.cwd().resolve(), Path.home().resolve()
+    if out == Path(out.anchor):
+        return "is the filesystem root"
+    if out == cwd or out in cwd.parents:
+        return "is the current folder or one above it"
+    if out == home or out in home.parents:
+        return "is the home folder or one above it"
+    for path in protected:
+        held = path.resolve()
+        if out == held or out in held.parents:
+            return f"holds {path}, which this run reads"
+    return None
+
+
+def check_out(out: Path, *, force: bool, protected: Iterable[Path] = ()) -> None:
+    """Refuse, before any work, an --out that cannot be written or must not be replaced."""
+    where = f"--out {out}"
+    if out.is_symlink():
+        raise OutputError(f"{where}: is a symbolic link; give the folder itself")
+    resolved = out.resolve()
+    why = _protected(resolved, protected)
+    if why:
+        raise OutputError(f"{where}: {why}; causalab never writes there")
+    ancestor = resolved.parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise OutputError(f"{where}: {ancestor} is not a folder")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".causalab-probe.", dir=ancestor))
+    except OSError as exc:
+        raise OutputError(f"{where}: cannot write in {ancestor}: {exc.strerror or exc}") from None
+    recover(resolved)
+    if resolved.exists() and not resolved.is_dir():
+        raise OutputError(f"{where}: exists and is not a folder")
+    if resolved.is_dir() and any(resolved.iterdir()):
+        if not force:
+            raise OutputError(f"{where}: folder exists and is not empty (--force replaces a previous causalab output)")
+        foreign = first_foreign(resolved)
+        if foreign:
+            raise OutputError(f"{where}: --force replaces only a previous causalab output, and it holds "
+                              f"{foreign}, which causalab did not write")
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """SIGINT and SIGTERM wait until the block ends (the main thread only: where Python handles them)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _inside(folder: Path, rel: str) -> Path:
+    path = (folder / rel).resolve()
+    if Path(rel).is_absolute() or ".." in Path(rel).parts or folder.resolve() not in path.parents:
+        raise OutputError(f"refusing to write {rel!r}: it is not inside the output folder")
+    return path
+
+
+def write_folder(out: Path, files: dict[str, bytes], force: bool, protected: Iterable[Path] = ()) -> None:
+    """Write beside ``out``, then swap it in: the path holds the old folder or the new one, never neither."""
+    check_out(out, force=force, protected=protected)  # again: the folder may have changed while the plan ran
+    out = out.resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.{os.getpid()}.", suffix=".tmp", dir=out.parent))
+    old = out.with_name(f".{out.name}.replaced.{os.getpid()}")
+    try:
+        for rel, data in files.items():
+            path = _inside(tmp, rel)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        (tmp / MANIFEST).write_bytes(_manifest({rel: _digest(data) for rel, data in files.items()}))
+        os.chmod(tmp, 0o755)
+        _step("written")
+        with signals_deferred():
+            moved = out.exists()
+            if moved:
+                out.rename(old)
+            try:
+                _step("old moved aside")
+                tmp.rename(out)
+            except BaseException:
+                if moved:
+                    old.rename(out)
+                raise
+        _step("swapped")
+        if moved:
+            shutil.rmtree(old)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def add_file(folder: Path, rel: str, data: bytes) -> Path:
+    """Add (or replace) one file of a causalab output folder and list it in the manifest."""
+    listed = _read_manifest(folder)
+    if listed is None:
+        raise OutputError(f"{folder}: not a causalab output folder (no {MANIFEST})")
+    path = _inside(folder, rel)
+    if path.exists() and (rel not in listed or _digest(path.read_bytes()) != listed[rel]):
+        raise OutputError(f"{path}: exists and was not written by causalab; move it away first")
+    for target, content in ((path, data), (folder / MANIFEST, None)):
+        if content is None:
+            content = _manifest({**listed, rel: _digest(data)})
+        part = target.with_name(f".{target.name}.{os.getpid()}.part")
+        part.write_bytes(content)
+        part.replace(target)
+    return path

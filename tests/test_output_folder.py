@@ -1,0 +1,312 @@
+"""The output folder never destroys what causalab did not write, and survives interruptions."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+import pytest
+
+from causalab_core import api, output
+from causalab_core.contracts import PositionResolver, Resolved
+from causalab_core.errors import OutputError, PlanError
+from causalab_core.plugins import build_registry, hookimpl
+from causalab_core.testing.data import sweep_document, weekday_rows
+
+
+def cli(*args, cwd=None, env=None):
+    return subprocess.run([sys.executable, "-m", "causalab_core", *map(str, args)],
+                          capture_output=True, text=True, cwd=cwd, env=env)
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` (hidden ones too) and its bytes."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def doc(tiny_llama, write_doc):
+    document = sweep_document(str(tiny_llama))
+    document["sweep"] = {"layers": [0, 1], "pos": [-4, -1]}
+    return write_doc(document, weekday_rows(6))
+
+
+@pytest.fixture
+def absent_model_doc(tmp_path):
+    """A document whose model is not on this machine: any refusal before compiling still names the output."""
+    document = sweep_document(str(tmp_path / "no-such-model"))
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in weekday_rows(3)))
+    path = tmp_path / "absent.json"
+    path.write_text(json.dumps(document))
+    return path
+
+
+def user_folder(path: Path) -> dict[str, bytes]:
+    path.mkdir(parents=True)
+    (path / "notes.txt").write_text("my notes")
+    (path / "raw").mkdir()
+    (path / "raw" / "measurements.csv").write_text("a,b\n1,2\n")
+    return snapshot(path)
+
+
+# -- what --force replaces ------------------------------------------------------
+
+
+def test_force_refuses_a_folder_of_user_files_and_keeps_every_byte(absent_model_doc, tmp_path):
+    out = tmp_path / "mine"
+    before = user_folder(out)
+    result = cli("run", absent_model_doc, "--out", out, "--force")
+    # OutputError, not the PlanError of the missing model: refused before compiling.
+    assert result.returncode == 2 and result.stderr.startswith("OutputError:"), result.stderr
+    assert result.stderr.strip().count("\n") == 0 and "notes.txt" in result.stderr
+    assert snapshot(out) == before
+
+
+def test_force_replaces_a_previous_causalab_output_plot_included(doc, tmp_path):
+    out = tmp_path / "o"
+    assert cli("run", doc, "--out", out).returncode == 0
+    assert cli("plot", out).returncode == 0 and (out / "iia.png").is_file()
+    result = cli("run", doc, "--out", out, "--force")
+    assert result.returncode == 0, result.stderr
+    assert not (out / "iia.png").exists() and (out / "manifest.json").is_file()
+
+
+@pytest.mark.parametrize("tamper", ["added", "changed", "empty folder"])
+def test_force_refuses_a_causalab_output_the_user_added_to_or_changed(doc, tmp_path, tamper):
+    out = tmp_path / "o"
+    assert cli("run", doc, "--out", out).returncode == 0
+    if tamper == "added":
+        (out / "layers=0,pos=-4" / "my-analysis.ipynb").write_text("{}")
+        named = "layers=0,pos=-4/my-analysis.ipynb"
+    elif tamper == "changed":
+        (out / "run.json").write_text('{"edited": true}')
+        named = "run.json (changed since causalab wrote it)"
+    else:
+        (out / "figures").mkdir()
+        named = "figures/"
+    before = snapshot(out)
+    result = cli("run", doc, "--out", out, "--force")
+    assert result.returncode == 2 and named in result.stderr, result.stderr
+    assert snapshot(out) == before and (tamper != "empty folder" or (out / "figures").is_dir())
+
+
+def test_an_empty_folder_is_written_into(doc, tmp_path):
+    (tmp_path / "empty").mkdir()
+    assert cli("run", doc, "--out", tmp_path / "empty").returncode == 0
+    assert (tmp_path / "empty" / "run.json").is_file()
+
+
+def test_the_folder_holding_the_document_is_never_replaced(tiny_llama, tmp_path):
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "NOTES.md").write_text("notes")
+    (project / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in weekday_rows(4)))
+    (project / "exp.json").write_text(json.dumps(sweep_document(str(tiny_llama))))
+    before = snapshot(project)
+    for out in (project, tmp_path):  # the document's folder, and one above it
+        result = cli("run", project / "exp.json", "--out", out, "--force")
+        assert result.returncode == 2 and "which this run reads" in result.stderr, result.stderr
+    assert snapshot(project) == before
+
+
+def test_the_folder_holding_the_data_is_never_replaced(tiny_llama, tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in weekday_rows(4)))
+    (tmp_path / "docs").mkdir()
+    document = sweep_document(str(tiny_llama))
+    document["data"] = {"path": "../data/rows.jsonl"}
+    (tmp_path / "docs" / "exp.json").write_text(json.dumps(document))
+    result = cli("run", tmp_path / "docs" / "exp.json", "--out", tmp_path / "data", "--force")
+    assert result.returncode == 2 and "rows.jsonl, which this run reads" in result.stderr, result.stderr
+    assert (tmp_path / "data" / "rows.jsonl").is_file()
+
+
+def test_the_current_folder_and_home_are_never_replaced(absent_model_doc, tmp_path):
+    home = tmp_path / "home"
+    before = user_folder(home)
+    env = {**os.environ, "HOME": str(home)}
+    for out, cwd, why in ((".", home, "current folder"), ("~", tmp_path, "home folder"),
+                          (str(home), tmp_path, "home folder"), ("/", tmp_path, "filesystem root")):
+        result = cli("run", absent_model_doc, "--out", os.path.expanduser(out) if out != "~" else str(home),
+                     "--force", cwd=cwd, env=env)
+        assert result.returncode == 2 and why in result.stderr, (out, result.stderr)
+    assert snapshot(home) == before
+
+
+# -- where --out may be -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["under a file", "in /proc", "a file"])
+def test_an_output_path_that_cannot_be_written_is_refused_before_compiling(absent_model_doc, tmp_path, where):
+    (tmp_path / "file.txt").write_text("x")
+    out = {"under a file": tmp_path / "file.txt" / "out", "in /proc": Path("/proc/causalab-out"),
+           "a file": tmp_path / "file.txt"}[where]
+    result = cli("run", absent_model_doc, "--out", out)
+    assert result.returncode == 2 and result.stderr.startswith("OutputError:"), result.stderr
+    assert result.stderr.strip().count("\n") == 0
+    assert (tmp_path / "file.txt").read_text() == "x"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through any permission bits")
+def test_a_read_only_parent_is_refused_before_compiling(absent_model_doc, tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    result = cli("run", absent_model_doc, "--out", locked / "out")
+    assert result.returncode == 2 and "cannot write" in result.stderr
+
+
+def test_a_symbolic_link_is_refused(doc, tmp_path):
+    target = tmp_path / "target"
+    before = user_folder(target)
+    (tmp_path / "link").symlink_to(target)
+    result = cli("run", doc, "--out", tmp_path / "link", "--force")
+    assert result.returncode == 2 and "symbolic link" in result.stderr
+    assert snapshot(target) == before
+
+
+# -- the swap under interruption ---------------------------------------------------
+
+
+def old_and_new(tmp_path):
+    out = tmp_path / "o"
+    output.write_folder(out, {"run.json": b"old\n", "a/x.json": b"1\n"}, force=False)
+    old = snapshot(out)
+    return out, old, {"run.json": b"new\n", "b/y.json": b"2\n"}
+
+
+@pytest.mark.parametrize("step", ["written", "old moved aside", "swapped"])
+def test_an_interruption_at_each_step_of_the_swap_leaves_the_old_or_the_new_folder(tmp_path, monkeypatch, step):
+    out, old, files = old_and_new(tmp_path)
+
+    def interrupt(name):
+        if name == step:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(output, "_step", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        output.write_folder(out, files, force=True)
+    now = snapshot(out)
+    new = {**files, "manifest.json": now.get("manifest.json")}
+    assert now in (old, new)
+    monkeypatch.setattr(output, "_step", lambda name: None)
+    output.write_folder(out, files, force=True)  # the next run finds a causalab folder and replaces it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o"]
+
+
+def test_a_run_killed_between_the_two_renames_is_recovered_by_the_next_run(tmp_path, monkeypatch):
+    out, old, files = old_and_new(tmp_path)
+    pid = os.fork()
+    if pid == 0:  # the child: dies hard with the old folder moved aside and the new one not yet in place
+        monkeypatch.setattr(output, "_step", lambda name: os._exit(9) if name == "old moved aside" else None)
+        output.write_folder(out, files, force=True)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert not out.exists() and (tmp_path / f".o.replaced.{pid}").is_dir()
+    output.check_out(out, force=True)  # the next run on this path puts the old folder back
+    assert snapshot(out) == old
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o"]
+
+
+def test_leftovers_of_a_dead_run_are_removed_and_never_count_as_user_files(doc, tmp_path):
+    out = tmp_path / "o"
+    assert cli("run", doc, "--out", out).returncode == 0
+    dead = subprocess.run(["true"]).returncode or 999_999  # no such process
+    (tmp_path / f".o.{dead}.abcd.tmp").mkdir()
+    (tmp_path / f".o.{dead}.abcd.tmp" / "half.json").write_text("{")
+    (tmp_path / f".o.replaced.{dead}").mkdir()
+    result = cli("run", doc, "--out", out, "--force")
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".o")) == []
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_during_a_run_prints_interrupted_and_leaves_nothing(tiny_llama, write_doc, tmp_path, sig, code):
+    document = sweep_document(str(tiny_llama))
+    document["sweep"] = {"layers": [0, 1, 2, 3], "pos": list(range(-8, 0))}
+    path = write_doc(document, weekday_rows(2000))  # about 20 s of work on 2 cores
+    out = tmp_path / "o"
+    process = subprocess.Popen([sys.executable, "-m", "causalab_core", "run", str(path), "--out", str(out)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(6)  # well inside the run: imports done, compiling or running
+    assert process.poll() is None, process.communicate()
+    process.send_signal(sig)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == code and stderr.strip() == "Interrupted", stderr
+    assert not out.exists() and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+# -- point folders -------------------------------------------------------------------
+
+
+class WordResolver(PositionResolver):
+    """A third party's position form: {"word": text}, always the last token (the text only names it)."""
+
+    name = "word"
+
+    def accepts(self, spec):
+        return isinstance(spec, dict) and set(spec) == {"word"}
+
+    def check(self, spec):
+        if not isinstance(spec["word"], str):
+            raise ValueError("`word` must be a string")
+
+    def resolve(self, spec, row):
+        return Resolved(positions=(len(row.ids) - 1,))
+
+
+def word_registry():
+    module = types.ModuleType("causalab_word")
+    module.DISTRIBUTION = "causalab-word"
+    module.causalab_position_resolvers = hookimpl(lambda: [WordResolver])
+    return build_registry(extra=(module,))
+
+
+def test_sweep_values_never_write_outside_the_output_folder(doc, tmp_path):
+    document = json.loads(doc.read_text())
+    words = ["../../../victim", "a/b", "[:=]", "[=:]", "x" * 300, "$(touch pwned)", "\n", ".", "..", "A", "a"]
+    document["sweep"]["pos"] = [{"word": w} for w in words]
+    doc.write_text(json.dumps(document))
+    (tmp_path / "victim").write_text("keep")
+    out = tmp_path / "deep" / "er" / "o"
+    result = api.run(doc, out=out, registry=word_registry())
+    names = {p.name for p in result.plan.points}
+    assert len(names) == len(result.plan.points) == 2 * len(words)  # one folder per point
+    for name in names:
+        assert "/" not in name and not name.startswith(".") and len(name.encode()) < 255
+        assert (out / name / "iia.json").is_file()
+    assert len({n.lower() for n in names}) == len(names)  # distinct on a case-blind filesystem too
+    assert (tmp_path / "victim").read_text() == "keep"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["deep", "doc.json", "rows.jsonl", "victim"]
+    # Each point's files hold its own value.
+    for point in result.plan.points:
+        assert json.loads((out / point.name / "iia.json").read_text())["point"] == dict(point.values)
+
+
+def test_a_repeated_sweep_value_is_refused(doc):
+    document = json.loads(doc.read_text())
+    document["sweep"]["layers"] = [0, 1, 0]
+    doc.write_text(json.dumps(document))
+    with pytest.raises(Exception, match=r"\$\.sweep\.layers\[2\]: repeats \$\.sweep\.layers\[0\]"):
+        api.plan(doc)
+
+
+def test_point_folders_never_collide_even_when_labels_would(tmp_path, monkeypatch):
+    from causalab_core.compiler import sweep
+
+    monkeypatch.setattr(sweep, "_NAME_LIMIT", 5)  # force the long-name hash on every point
+    monkeypatch.setattr(sweep, "_hash", lambda value: "samehash")
+    document = types.SimpleNamespace(sweep={"layers": [10, 11]})
+    with pytest.raises(PlanError, match="would share the folder"):
+        sweep.points(document)
+
+
+def test_a_file_outside_the_folder_is_never_written(tmp_path):
+    with pytest.raises(OutputError, match="not inside the output folder"):
+        output.write_folder(tmp_path / "o", {"../escape.json": b"{}"}, force=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
