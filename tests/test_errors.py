@@ -21,6 +21,13 @@ def run_cli(*args):
     return CliRunner().invoke(app, [str(a) for a in args])
 
 
+def nested(depth):
+    value = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 def edited(doc, edit):
     doc = copy.deepcopy(doc)
     edit(doc)
@@ -72,6 +79,19 @@ CASES = [
     ("missing data file", _set(["data"], {"path": "nowhere.jsonl"}), 2, ["$.data.path", "nowhere.jsonl"]),
     ("both data forms", _set(["data"], {"path": "rows.jsonl", "rows": []}), 2, ["$.data", "exactly one"]),
     ("unknown model", _set(["model", "key"], "no-such-org/no-such-model"), 1, ["$.model.key", "no-such-org/no-such-model"]),
+    # Swept values are checked like literal ones, with the path of the value.
+    ("swept layer as text", _set(["sweep", "layers"], ["3"]), 2, ["$.sweep.layers[0]", "$.reads.cf_resid.layer", "'3'"]),
+    ("swept negative layer", _set(["sweep", "layers"], [-1]), 2, ["$.sweep.layers[0]", "layer number", "-1"]),
+    ("swept infinite layer", _set(["sweep", "layers"], [0, float("inf")]), 2, ["$.sweep.layers[1]", "inf"]),
+    ("swept sweep reference", _set(["sweep", "pos"], [{"sweep": "pos"}]), 2, ["$.sweep.pos[0]", "position"]),
+    ("repeated sweep value", _set(["sweep", "pos"], [-1, -4, -1]), 2, ["$.sweep.pos[2]", "repeats $.sweep.pos[0]"]),
+    ("das rank above width", lambda d: (d.__setitem__("featurizers", {"f": {"kind": "das", "rank": 33}}),
+                                        d["writes"]["patch"].__setitem__("featurizer", "f")),
+     1, ["PlanError", "doc.json", "$.featurizers.f", "`rank` 33 exceeds the site width 32"]),
+    ("no inline rows", _set(["data"], {"rows": []}), 2, ["$.data.rows", "no rows"]),
+    ("prompt is a number", _set(["data"], {"rows": [{"base": 5, "counterfactual": "x"}]}), 1,
+     ["PlanError", "doc.json", "row $.data.rows[0], column 'base'", "a prompt is a string or a list of chat messages"]),
+    ("huge wrong-typed name", _set(["name"], ["x" * 10_000_000]), 2, ["$.name", "(10,000,004 characters)"]),
 ]
 
 
@@ -139,3 +159,81 @@ def test_validate_accepts_the_shipped_example():
     result = run_cli("validate", example)
     assert result.exit_code == 0 and "valid (48 rows, 8 points)" in result.stdout
     assert json.loads(example.read_text())["version"] == "2"
+
+
+def test_plan_errors_name_the_document_file(base_doc, write_doc):
+    path = write_doc(edited(base_doc, _set(["sweep", "layers"], [9])), weekday_rows(3))
+    result = run_cli("plan", path)
+    assert result.exit_code == 1 and result.stderr.startswith(f"PlanError: {path}: $.reads.cf_resid.layer")
+
+
+def test_validate_refuses_what_plan_refuses(base_doc, write_doc):
+    for edit in (_set(["sweep", "layers"], [9]), _set(["metrics", "p_answer", "answer"], "gold")):
+        path = write_doc(edited(base_doc, edit), weekday_rows(3))
+        planned, validated = run_cli("plan", path), run_cli("validate", path)
+        assert planned.exit_code == validated.exit_code == 1
+        assert planned.stderr == validated.stderr
+
+
+@pytest.mark.parametrize("depth", [150, 5_000, 100_000])
+def test_very_deep_json_is_one_line(base_doc, tmp_path, depth):
+    path = tmp_path / "doc.json"
+    text = json.dumps({**base_doc, "description": "DEEP"})
+    path.write_text(text.replace('"DEEP"', "[" * depth + "]" * depth))
+    result = run_cli("validate", path)
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1 and "nested deeper than 100 levels" in result.stderr
+    assert result.stderr.startswith(f"DocumentError: {path}: ")
+
+
+@pytest.mark.parametrize("bad", ["not utf-8", "a folder", "deep row"])
+def test_bad_data_files_are_one_line_naming_the_file(base_doc, write_doc, tmp_path, bad):
+    path = write_doc(base_doc, weekday_rows(3))
+    data = tmp_path / "rows.jsonl"
+    if bad == "not utf-8":
+        data.write_bytes(data.read_bytes() + b'{"base": "caf\xe9"}\n')
+        needle = "rows.jsonl:4: not UTF-8 text"
+    elif bad == "a folder":
+        data.unlink()
+        data.mkdir()
+        needle = "$.data.path: data file"
+    else:
+        data.write_text(data.read_text() + json.dumps({"base": nested(120)}) + "\n")
+        needle = "rows.jsonl:4: $.base"
+    result = run_cli("validate", path)
+    assert result.exit_code == 2 and needle in result.stderr and result.stderr.count("\n") == 1, result.stderr
+    if bad == "a folder":
+        assert "is a folder" in result.stderr
+
+
+def test_a_model_key_that_is_not_a_checkpoint_is_one_line(base_doc, write_doc, tmp_path):
+    (tmp_path / "empty-model").mkdir()
+    path = write_doc(edited(base_doc, _set(["model", "key"], "empty-model")), weekday_rows(3))
+    result = run_cli("plan", path)
+    assert result.exit_code == 1 and "$.model.key" in result.stderr and "not a model checkpoint" in result.stderr
+
+
+def test_a_relative_model_key_is_relative_to_the_document(base_doc, write_doc, tiny_llama, tmp_path, monkeypatch):
+    import shutil
+
+    shutil.copytree(tiny_llama, tmp_path / "models" / "mine")
+    path = write_doc(edited(base_doc, _set(["model", "key"], "models/mine")), weekday_rows(3))
+    monkeypatch.chdir(tmp_path.parent)  # not the document's folder
+    result = run_cli("plan", path)
+    assert result.exit_code == 0, result.stderr
+
+
+def test_plot_of_a_corrupt_run_is_one_line(tmp_path):
+    (tmp_path / "document.json").write_text('{"metrics": ')
+    result = run_cli("plot", tmp_path)
+    assert result.exit_code == 2 and result.stderr.startswith(f"OutputError: {tmp_path / 'document.json'}: ")
+    assert result.stderr.count("\n") == 1
+
+
+def test_the_python_api_works_any_number_of_times(base_doc, write_doc):
+    import causalab_core
+    import causalab_core.ir  # noqa: F401  (the plan IR is imported; the function must stay a function)
+
+    path = write_doc(base_doc, weekday_rows(3))
+    first, second = causalab_core.plan(path), causalab_core.plan(path)
+    assert first.to_dict() == second.to_dict()
+    assert causalab_core.validate(path).rows == causalab_core.validate(path).rows

@@ -65,7 +65,7 @@ def _describe(error: dict[str, Any]) -> str:
     if error["type"] in {"literal_error", "string_pattern_mismatch", "int_type", "string_type",
                          "dict_type", "list_type", "too_short", "greater_than_equal"}:
         msg += f" (got {echo(error['input'])})"
-    msg = shorten(msg)
+    msg = shorten(msg, 600)
     return msg
 
 
