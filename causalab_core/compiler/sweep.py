@@ -9,7 +9,7 @@ import re
 from collections import Counter
 from typing import Any
 
-from causalab_core.document.schema import Document
+from causalab_core.document.schema import Document, is_sweep_ref
 from causalab_core.errors import PlanError
 
 
@@ -98,7 +98,7 @@ def substitute(document: Document, values: tuple[tuple[str, Any], ...]) -> dict[
 
     def walk(node: Any) -> Any:
         if isinstance(node, dict):
-            if set(node) == {"sweep"} and node["sweep"] in chosen:
+            if is_sweep_ref(node) and node["sweep"] in chosen:
                 return chosen[node["sweep"]]
             return {k: walk(v) for k, v in node.items()}
         if isinstance(node, list):

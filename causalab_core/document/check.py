@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from causalab_core.document.load import json_path
-from causalab_core.document.schema import SWEEPABLE, Document, SweepRef
+from causalab_core.document.schema import SWEEPABLE, Document, SweepRef, is_sweep_ref
 from causalab_core.errors import DocumentError, PluginError, echo
 from causalab_core.plugins import Registry
 
@@ -24,7 +24,7 @@ def _sweep_refs(document: Document) -> list[tuple[str, str]]:
                     refs.append((f"$.{group}.{name}.{field}", value.sweep))
     for name, spec in document.featurizers.items():
         for key, value in spec.model_dump().items():
-            if isinstance(value, dict) and set(value) == {"sweep"}:
+            if is_sweep_ref(value):
                 refs.append((f"$.featurizers.{name}.{key}", value["sweep"]))
     return refs
 
@@ -76,7 +76,7 @@ def check_references(document: Document) -> None:
         if where.startswith(("$.reads.", "$.writes.")) and field in SWEEPABLE:
             kind, accepts = SWEEPABLE[field]
             for i, value in enumerate(document.sweep[axis]):
-                if not accepts(value) or (isinstance(value, dict) and set(value) == {"sweep"}):
+                if not accepts(value) or is_sweep_ref(value):
                     raise DocumentError(f"$.sweep.{axis}[{i}] (used by {where}): expected {kind}, got {echo(value)}")
     for axis, values in document.sweep.items():
         if axis not in used:
@@ -95,7 +95,7 @@ def _sweep_variants(document: Document, spec: Any) -> list[dict]:
     base = spec.model_dump()
     variants = [base]
     for key, value in base.items():
-        if isinstance(value, dict) and set(value) == {"sweep"}:
+        if is_sweep_ref(value):
             variants = [{**v, key: choice} for v in variants for choice in document.sweep.get(value["sweep"], [])]
     return variants
 

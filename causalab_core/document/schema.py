@@ -37,6 +37,11 @@ class SweepRef(Frozen):
     sweep: Name
 
 
+def is_sweep_ref(value: Any) -> bool:
+    """``{"sweep": "<axis>"}``: a value taken from a sweep axis."""
+    return isinstance(value, dict) and set(value) == {"sweep"} and isinstance(value["sweep"], str)
+
+
 def _sweepable(kind: str, check, schema: dict[str, Any]):
     """A field that holds a value of ``kind`` or a ``{"sweep": axis}`` reference."""
 
