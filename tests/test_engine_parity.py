@@ -17,7 +17,7 @@ def test_hooks_and_nnterp_write_identical_metric_files(arch, request, write_doc,
     doc = write_doc(sweep_document(str(request.getfixturevalue(arch))), ragged_rows(42))
     api.run(doc, out=tmp_path / "hooks", engine="hooks", batch_size=16)
     api.run(doc, out=tmp_path / "nnterp", engine="nnterp", batch_size=16)
-    diff = subprocess.run(["diff", "-r", "-x", "run.json", tmp_path / "hooks", tmp_path / "nnterp"],
+    diff = subprocess.run(["diff", "-r", "-x", "run.json", "-x", "manifest.json", tmp_path / "hooks", tmp_path / "nnterp"],
                           capture_output=True, text=True)
     assert diff.returncode == 0 and diff.stdout == ""
     hooks_run = json.loads((tmp_path / "hooks" / "run.json").read_text())

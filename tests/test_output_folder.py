@@ -231,8 +231,10 @@ def test_a_signal_during_a_run_prints_interrupted_and_leaves_nothing(tiny_llama,
     document["sweep"] = {"layers": [0, 1, 2, 3], "pos": list(range(-8, 0))}
     path = write_doc(document, weekday_rows(2000))  # about 20 s of work on 2 cores
     out = tmp_path / "o"
+    # SIGINT as a terminal delivers it (the test runner may have it ignored, and a child inherits that).
     process = subprocess.Popen([sys.executable, "-m", "causalab_core", "run", str(path), "--out", str(out)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     time.sleep(6)  # well inside the run: imports done, compiling or running
     assert process.poll() is None, process.communicate()
     process.send_signal(sig)

@@ -46,7 +46,7 @@ def test_ragged_windows_come_back_the_same_from_both_engines(write_doc, tiny_gpt
     api.run(path, out=tmp_path / "nnterp", engine="nnterp", batch_size=3)
     widths = {len(w) for w in hooks.plan.points[0].positions[0].windows}
     assert len(widths) > 1, "the entity must take different numbers of tokens on different rows"
-    diff = subprocess.run(["diff", "-r", "-x", "run.json", tmp_path / "hooks", tmp_path / "nnterp"], capture_output=True)
+    diff = subprocess.run(["diff", "-r", "-x", "run.json", "-x", "manifest.json", tmp_path / "hooks", tmp_path / "nnterp"], capture_output=True)
     assert diff.returncode == 0
     record = json.loads((tmp_path / "hooks" / "logit_diff.json").read_text())["positions"]["patch"]["rows"]
     for row, got in zip(entity_rows(), record):
@@ -60,10 +60,13 @@ def test_a_write_with_nothing_to_write_is_refused_before_weights_load(write_doc,
     rows[3]["entity"] = "Bob"             # twice in the base prompt
     rows[3]["counterfactual"] = "Bob and Erin . who has the box ?"
     doc = entity_doc(tiny_llama, {"index": -1, "scope": {"variable": "entity"}})
-    result = CliRunner().invoke(app, ["run", str(write_doc(doc, rows)), "--out", str(tmp_path / "o")])
+    path = write_doc(doc, rows)
+    result = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "o")])
     assert result.exit_code == 1
     message = result.stderr.strip()
-    assert message.startswith("PlanError: write 'patch' has nothing to write on row(s) {1: 'alignment_missing', 3: 'alignment_ambiguous'}")
+    # Rows are named by their line in the JSONL file: the second and fourth rows.
+    assert message.startswith(f"PlanError: {path}: write 'patch' has nothing to write on row(s) "
+                              "{'rows.jsonl:2': 'alignment_missing', 'rows.jsonl:4': 'alignment_ambiguous'}")
     assert not (tmp_path / "o").exists()
 
 
@@ -88,7 +91,7 @@ def test_the_v2_documents_run_the_same_on_both_local_engines(document, tmp_path)
     path = ROOT / "documents" / document
     api.run(path, out=tmp_path / "hooks", engine="hooks")
     api.run(path, out=tmp_path / "nnterp", engine="nnterp")
-    diff = subprocess.run(["diff", "-r", "-x", "run.json", tmp_path / "hooks", tmp_path / "nnterp"], capture_output=True)
+    diff = subprocess.run(["diff", "-r", "-x", "run.json", "-x", "manifest.json", tmp_path / "hooks", tmp_path / "nnterp"], capture_output=True)
     assert diff.returncode == 0
 
 

@@ -19,7 +19,7 @@ def cli(*args, cwd=None):
 
 
 def metric_files(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*.json")) if p.name != "run.json"}
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*.json")) if p.name not in ("run.json", "manifest.json")}
 
 
 def test_sweep_writes_every_point_and_twice_gives_the_same_bytes(sweep_doc, tmp_path):

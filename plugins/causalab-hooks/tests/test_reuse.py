@@ -42,7 +42,7 @@ def test_optimized_outputs_are_byte_identical_to_the_plain_path(arch, site, requ
     registry = build_registry(extra=(Plugin,))
     api.run(path, out=tmp_path / "fast", engine="hooks", batch_size=7, registry=registry)
     api.run(path, out=tmp_path / "plain", engine="hooks-plain", batch_size=7, registry=registry)
-    diff = subprocess.run(["diff", "-r", "-x", "run.json", tmp_path / "fast", tmp_path / "plain"], capture_output=True)
+    diff = subprocess.run(["diff", "-r", "-x", "run.json", "-x", "manifest.json", tmp_path / "fast", tmp_path / "plain"], capture_output=True)
     assert diff.returncode == 0, diff.stdout
 
 

@@ -37,8 +37,8 @@ def test_a_sweep_through_the_server_writes_the_local_files_byte_for_byte(ndif_se
     # stdout lists what was written (nnsight's job status goes to stderr), the same list as a local run
     assert remote.stdout.replace(str(tmp_path / "r"), "OUT") == local.stdout.replace(str(tmp_path / "l"), "OUT")
     here, there = tree(tmp_path / "l"), tree(tmp_path / "r")
-    assert sorted(here) == sorted(there) and len(here) == 1 + 1 + 24 * 3
-    assert [name for name in here if name != "run.json" and here[name] != there[name]] == []
+    assert sorted(here) == sorted(there) and len(here) == 1 + 1 + 1 + 24 * 3  # document, run, manifest, points
+    assert [name for name in here if name not in ("run.json", "manifest.json") and here[name] != there[name]] == []
 
     mine, theirs = json.loads(here["run.json"]), json.loads(there["run.json"])
     assert {k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k)} == {
@@ -57,7 +57,7 @@ def test_ragged_and_chat_documents_come_home_the_same(ndif_server, tmp_path):
         remote = ndif_server.run([CAUSALAB, "run", str(doc), "--engine", "ndif", "--out", str(tmp_path / f"r-{name}")])
         assert remote.returncode == 0, remote.stderr
         assert run_local(doc, "--engine", "nnterp", "--out", tmp_path / f"l-{name}").returncode == 0
-        compared = filecmp.dircmp(tmp_path / f"l-{name}", tmp_path / f"r-{name}", ignore=["run.json"])
+        compared = filecmp.dircmp(tmp_path / f"l-{name}", tmp_path / f"r-{name}", ignore=["run.json", "manifest.json"])
         assert compared.diff_files == [] and compared.left_only == [] and compared.right_only == []
 
 
@@ -103,7 +103,8 @@ def test_a_write_with_nothing_to_write_fails_with_the_local_message(ndif_server,
     remote = ndif_server.run([CAUSALAB, "run", str(path), "--engine", "ndif", "--out", str(tmp_path / "r")])
     assert local.returncode == remote.returncode == 1
     assert remote.stderr == local.stderr
-    assert local.stderr.startswith("PlanError: write 'patch' has nothing to write on row(s) {2: 'alignment_missing'}")
+    assert local.stderr.startswith(f"PlanError: {path}: write 'patch' has nothing to write on row(s) "
+                                   "{'rows.jsonl:3': 'alignment_missing'}")
     assert not (tmp_path / "l").exists() and not (tmp_path / "r").exists()
 
 

@@ -109,7 +109,7 @@ def test_a_variable_is_found_inside_a_turn_only():
 
 
 def test_a_malformed_chat_prompt_is_a_plan_error():
-    with pytest.raises(PlanError, match="data row 0, column 'chat': a chat prompt is a list"):
+    with pytest.raises(PlanError, match=r"row \$\.data\.rows\[0\], column 'chat': a chat prompt is a list"):
         tokenize_inputs(["chat"], ({"chat": [{"role": "robot", "content": "x"}]},), tokenizer("word"))
 
 
