@@ -1,1 +1,1 @@
-pytest_plugins = ["causalab_core.testing.fixtures"]
+pytest_plugins = ["causalab_testing.fixtures"]

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from causalab_core import api
 from causalab_core.plugins import registry
-from causalab_core.testing import models
-from causalab_core.testing.data import sweep_document, weekday_rows
+from causalab_testing import models
+from causalab_testing.data import sweep_document, weekday_rows
 
 ENGINES = ("hooks", "nnterp")
 

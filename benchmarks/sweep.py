@@ -35,8 +35,8 @@ from causalab_core.plugins import registry
 from causalab_core.output import write_folder
 from causalab_core.results import output_files, score
 from causalab_core.provenance import run_record
-from causalab_core.testing import models
-from causalab_core.testing.data import weekday_rows
+from causalab_testing import models
+from causalab_testing.data import weekday_rows
 
 ROOT = Path(__file__).parent.parent
 

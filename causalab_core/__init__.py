@@ -5,7 +5,7 @@ when they run.
 """
 
 from causalab_core.errors import CausalabError, DocumentError, EngineError, PlanError, PluginError
-from causalab_core.plugins import hookimpl, hookspec
+from causalab_core.hookspecs import hookimpl, hookspec
 
 
 # The API pulls in the compiler; keep `import causalab_core` light for plugins.

@@ -1,3 +1,5 @@
+"""`python -m causalab_core`: the causalab command line."""
+
 from causalab_core.cli import main
 
 main()

@@ -2,7 +2,7 @@
 
 These are the shapes the registry hands out; a plugin's class need not inherit
 from them (duck typing is enough), but inheriting documents intent and gives
-the defaults below. The conformance suite in :mod:`causalab_core.testing`
+the defaults below. The conformance suite in :mod:`causalab_testing`
 checks a component against its contract.
 """
 

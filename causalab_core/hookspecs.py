@@ -10,7 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from causalab_core.plugins import hookspec
+import pluggy
+
+PROJECT = "causalab"
+"""The entry-point group and pluggy project name."""
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
 
 # -- components ---------------------------------------------------------------
 

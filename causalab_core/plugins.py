@@ -1,8 +1,8 @@
-"""The plugin manager: markers, entry-point loading, the registry of named components.
+"""The plugin registry: entry-point loading, and the named components plugins provide.
 
-Built-in and third-party plugins load the same way: from the ``causalab``
-entry-point group. Core itself contributes one default plugin (the test model
-builders in :mod:`causalab_core.testing.plugin`).
+Every plugin, this project's own and a third party's, loads the same way:
+from the ``causalab`` entry-point group (plus ``extra`` objects a caller
+passes, as tests do). Hook specs and their markers are in :mod:`causalab_core.hookspecs`.
 """
 
 from __future__ import annotations
@@ -10,21 +10,15 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.metadata
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pluggy
 
 from causalab_core.errors import PluginError
-
-PROJECT = "causalab"
-hookspec = pluggy.HookspecMarker(PROJECT)
-hookimpl = pluggy.HookimplMarker(PROJECT)
-
-DEFAULT_PLUGINS = ("causalab_core.testing.plugin",)
+from causalab_core.hookspecs import PROJECT
+from causalab_core.provenance import causalab_digests, package_dir, source_digest
 
 # Which kind each registration hook provides.
 KIND_HOOKS = {
@@ -32,20 +26,6 @@ KIND_HOOKS = {
     "position": "causalab_position_resolvers",
     "featurizer": "causalab_featurizers",
     "metric": "causalab_metrics",
-}
-
-# Names shipped by this project's own plugins, so that a document needing one
-# that is not installed is told which distribution to install.
-KNOWN_PROVIDERS = {
-    ("engine", "hooks"): "causalab-hooks",
-    ("engine", "nnterp"): "causalab-nnterp",
-    ("engine", "ndif"): "causalab-ndif",
-    ("metric", "iia"): "causalab-metrics",
-    ("metric", "logit_diff"): "causalab-metrics",
-    ("metric", "p_answer"): "causalab-metrics",
-    ("position", "index"): "causalab-positions",
-    ("featurizer", "identity"): "causalab-featurizers",
-    ("featurizer", "das"): "causalab-featurizers",
 }
 
 
@@ -59,23 +39,6 @@ class PluginInfo:
     hooks: tuple[str, ...]
     digest: str
     module: ModuleType
-
-
-def source_digest(package_dir: Path) -> str:
-    """sha256 over every .py file under a package directory (relative path + bytes)."""
-    h = hashlib.sha256()
-    for path in sorted(package_dir.rglob("*.py")):
-        if "__pycache__" in path.parts:
-            continue
-        h.update(path.relative_to(package_dir).as_posix().encode() + b"\0")
-        h.update(path.read_bytes() + b"\0")
-    return h.hexdigest()
-
-
-def package_dir(module: ModuleType) -> Path:
-    """The directory of the top-level package a module belongs to."""
-    top = sys.modules[module.__name__.split(".")[0]]
-    return Path(top.__file__).parent
 
 
 class Registry:
@@ -108,18 +71,12 @@ class Registry:
         return sorted(self._components[kind])
 
     def get(self, kind: str, name: str, where: str = "") -> type:
-        """The class registered under ``name``, or a one-line error saying what to install."""
+        """The class registered under ``name``, or a one-line error listing what is installed."""
         try:
             return self._components[kind][name][0]
         except KeyError:
             pass
         at = f" at {where}" if where else ""
-        dist = KNOWN_PROVIDERS.get((kind, name))
-        if dist:
-            raise PluginError(
-                f"{kind} {name!r}{at} needs the plugin distribution {dist}, which is not installed "
-                f"(pip install {dist})"
-            )
         known = ", ".join(self.names(kind)) or "none"
         raise PluginError(f"unknown {kind} {name!r}{at}; installed: {known}")
 
@@ -176,15 +133,11 @@ def new_plugin_manager() -> pluggy.PluginManager:
 
 
 def build_registry(extra: tuple[Any, ...] = (), blocked: tuple[str, ...] = ()) -> Registry:
-    """Load default plugins, entry-point plugins and ``extra`` plugin objects."""
+    """Load the entry-point plugins and ``extra`` plugin objects."""
     pm = new_plugin_manager()
     for name in blocked:
         pm.set_blocked(name)
     infos: list[PluginInfo] = []
-    for module_name in DEFAULT_PLUGINS:
-        module = importlib.import_module(module_name)
-        pm.register(module, name=module_name)
-        infos.append(_info(pm, module_name, module, "causalab-core"))
     pm.load_setuptools_entrypoints(PROJECT)
     for plugin, dist in pm.list_plugin_distinfo():
         name = pm.get_name(plugin)
@@ -213,3 +166,12 @@ def _info(pm: pluggy.PluginManager, name: str, plugin: Any, dist: str) -> Plugin
 def registry() -> Registry:
     """The process-wide registry, built on first use."""
     return build_registry()
+
+
+def installed_causalab() -> dict[str, dict[str, str]]:
+    """This machine's causalab distributions with their versions and source digests.
+
+    A remote engine's block calls this on the server, so the client can compare
+    the server's installed copy of core and plugins with its own.
+    """
+    return causalab_digests(registry())["distributions"]

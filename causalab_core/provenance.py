@@ -3,12 +3,34 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.metadata
-from typing import Any
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
-from causalab_core.plugins import Registry
+if TYPE_CHECKING:
+    from causalab_core.plugins import Registry
 
 WATCHED = ("torch", "transformers", "nnsight", "nnterp", "pydantic")
+
+
+def source_digest(package_dir: Path) -> str:
+    """sha256 over every .py file under a package directory (relative path + bytes)."""
+    h = hashlib.sha256()
+    for path in sorted(package_dir.rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        h.update(path.relative_to(package_dir).as_posix().encode() + b"\0")
+        h.update(path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def package_dir(module: ModuleType) -> Path:
+    """The directory of the top-level package a module belongs to."""
+    top = sys.modules[module.__name__.split(".")[0]]
+    return Path(top.__file__).parent
 
 
 @functools.cache
@@ -51,17 +73,6 @@ def run_record(
         if extra:
             record.update(extra)
     return record
-
-
-def installed_causalab() -> dict[str, dict[str, str]]:
-    """This machine's causalab distributions with their versions and source digests.
-
-    A remote engine's block calls this on the server, so the client can compare
-    the server's installed copy of core and plugins with its own.
-    """
-    from causalab_core.plugins import registry
-
-    return causalab_digests(registry())["distributions"]
 
 
 def digest_skew(client: dict[str, dict[str, str]], server: dict[str, dict[str, str]]) -> dict[str, tuple[str, str]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from causalab_core.testing.data import weekday_rows
+from causalab_testing.data import weekday_rows
 
 if __name__ == "__main__":
     path = Path(__file__).parent.parent / "documents" / "examples" / "data" / "weekdays.jsonl"

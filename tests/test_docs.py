@@ -9,7 +9,7 @@ from pathlib import Path
 
 from causalab_core import api
 from causalab_core.plugins import build_registry
-from causalab_core.testing.data import sweep_document, weekday_rows
+from causalab_testing.data import sweep_document, weekday_rows
 
 ROOT = Path(__file__).parent.parent
 

@@ -8,8 +8,8 @@ import subprocess
 import pytest
 
 from causalab_core import api
-from causalab_core.testing.conformance import ragged_rows
-from causalab_core.testing.data import sweep_document
+from causalab_testing.conformance import ragged_rows
+from causalab_testing.data import sweep_document
 
 
 @pytest.mark.parametrize("arch", ["tiny_llama", "tiny_gpt2"])

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from causalab_core.cli import app
-from causalab_core.testing.data import sweep_document, weekday_rows
+from causalab_testing.data import sweep_document, weekday_rows
 
 
 @pytest.fixture

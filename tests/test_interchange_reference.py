@@ -7,7 +7,7 @@ import torch
 
 from causalab_core import api
 from causalab_core.plugins import registry
-from causalab_core.testing.data import sweep_document, weekday_rows
+from causalab_testing.data import sweep_document, weekday_rows
 
 PYVENE_COMPONENT = {
     "block_output": "block_output",

@@ -16,8 +16,9 @@ import pytest
 from causalab_core import api, output
 from causalab_core.contracts import PositionResolver, Resolved
 from causalab_core.errors import OutputError, PlanError
-from causalab_core.plugins import build_registry, hookimpl
-from causalab_core.testing.data import sweep_document, weekday_rows
+from causalab_core import hookimpl
+from causalab_core.plugins import build_registry
+from causalab_testing.data import sweep_document, weekday_rows
 
 
 def cli(*args, cwd=None, env=None):

@@ -27,9 +27,13 @@ def test_plugins_lists_the_shipped_plugins_with_versions_hooks_and_digests():
     assert listing["causalab-positions"]["provides"] == {"position": ["index", "scoped_index", "variable"]}
     assert listing["causalab-nnterp"]["provides"] == {"engine": ["nnterp"]}
     assert listing["causalab-toy"]["hooks"] == ["causalab_model_source"]
+    # Test tooling is its own distribution: a product install never loads it.
+    assert listing["causalab-testing"]["hooks"] == ["causalab_model_source"]
     assert listing["causalab-metrics"]["hooks"] == ["causalab_metrics"]
-    for entry in listing.values():
-        assert entry["version"] == "0.1.0"
+    import importlib.metadata
+
+    for dist, entry in listing.items():
+        assert entry["version"] == importlib.metadata.version(dist)  # the installed distribution's own
         assert len(entry["digest"]) == 64
 
 
@@ -64,7 +68,7 @@ def test_an_implementation_without_a_spec_is_refused():
 
 
 def test_the_digest_changes_when_a_plugin_source_changes(tmp_path):
-    from causalab_core.plugins import source_digest
+    from causalab_core.provenance import source_digest
 
     (tmp_path / "a.py").write_text("x = 1\n")
     before = source_digest(tmp_path)
@@ -93,7 +97,7 @@ def _site_without(tmp_path: Path, distribution: str) -> Path:
     return site
 
 
-def test_a_document_needing_an_uninstalled_plugin_names_the_distribution(sweep_doc, tmp_path):
+def test_a_document_needing_an_uninstalled_plugin_says_what_is_installed(sweep_doc, tmp_path):
     site = _site_without(tmp_path, "causalab-metrics")
     code = (
         "import site, sys; site.addsitedir(sys.argv[1]); sys.argv = sys.argv[1:];"
@@ -104,8 +108,6 @@ def test_a_document_needing_an_uninstalled_plugin_names_the_distribution(sweep_d
         capture_output=True, text=True,
     )
     assert done.returncode == 2, done.stderr
-    assert done.stderr.strip() == (
-        f"DocumentError: {sweep_doc}: metric 'iia' at $.metrics.iia.kind needs the plugin distribution "
-        "causalab-metrics, which is not installed (pip install causalab-metrics)"
-    )
+    # No hand-kept table of this project's names: the refusal lists what the installed entry points provide.
+    assert done.stderr.strip() == f"DocumentError: {sweep_doc}: unknown metric 'iia' at $.metrics.iia.kind; installed: none"
     assert not (tmp_path / "o").exists()

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from causalab_core import api
 from causalab_core.cli import app
-from causalab_core.testing.data import sweep_document
+from causalab_testing.data import sweep_document
 
 ROOT = Path(__file__).parent.parent
 

@@ -9,8 +9,8 @@ import torch
 
 from causalab_core import api
 from causalab_core.errors import PlanError
-from causalab_core.testing.conformance import FeaturizerConformance
-from causalab_core.testing.data import sweep_document, weekday_rows
+from causalab_testing.conformance import FeaturizerConformance
+from causalab_testing.data import sweep_document, weekday_rows
 from causalab_featurizers.das import DAS
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from causalab_core.contracts import swap
-from causalab_core.testing.conformance import FeaturizerConformance
+from causalab_testing.conformance import FeaturizerConformance
 from causalab_featurizers.identity import Identity
 
 

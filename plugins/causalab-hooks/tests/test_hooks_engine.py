@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from causalab_core import api
-from causalab_core.testing.conformance import EngineConformance, ragged_rows
-from causalab_core.testing.data import sweep_document, weekday_rows
+from causalab_testing.conformance import EngineConformance, ragged_rows
+from causalab_testing.data import sweep_document, weekday_rows
 from causalab_hooks.engine import HooksEngine
 
 

@@ -8,8 +8,8 @@ import pytest
 
 from causalab_core import api, hookimpl
 from causalab_core.plugins import build_registry
-from causalab_core.testing.conformance import ragged_rows
-from causalab_core.testing.data import sweep_document
+from causalab_testing.conformance import ragged_rows
+from causalab_testing.data import sweep_document
 from causalab_hooks.engine import HooksEngine
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from causalab_core.contracts import MetricInputs
-from causalab_core.testing.conformance import MetricConformance
+from causalab_testing.conformance import MetricConformance
 from causalab_metrics.answers import IIA, LogitDiff, PAnswer
 
 

@@ -8,8 +8,8 @@ import threading
 import pytest
 
 from causalab_core import api
-from causalab_core.testing.conformance import EngineConformance
-from causalab_core.testing.data import sweep_document, weekday_rows
+from causalab_testing.conformance import EngineConformance
+from causalab_testing.data import sweep_document, weekday_rows
 from causalab_nnterp.engine import NnterpEngine
 
 

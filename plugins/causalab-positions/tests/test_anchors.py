@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from causalab_core.compiler.prompts import tokenize_inputs
 from causalab_core.errors import PlanError
-from causalab_core.testing import models
+from causalab_testing import models
 from causalab_positions.anchors import AMBIGUOUS, MISSING, NO_SEGMENT, ScopedIndexResolver, VariableResolver
 
 FILLER = ("what", "day", "is", "the", "box", "key", "after", "Monday", "?", ".", "has", "a", "two")

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from causalab_core.contracts import RowText
-from causalab_core.testing.conformance import PositionResolverConformance
+from causalab_testing.conformance import PositionResolverConformance
 from causalab_positions.index import OUT_OF_RANGE, IndexResolver
 
 

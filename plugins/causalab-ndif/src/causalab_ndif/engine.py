@@ -58,7 +58,8 @@ def run_remote(model, plan, batch_size, host, client, allow_skew):
     """The remote session. It loads only its arguments and modules every causalab server installs."""
     import nnsight
 
-    from causalab_core.provenance import digest_skew, installed_causalab
+    from causalab_core.plugins import installed_causalab
+    from causalab_core.provenance import digest_skew
     from causalab_nnterp.block import run_plan
 
     with model.session(remote=host):

@@ -50,7 +50,7 @@ def server_causalab(host: str, served: dict[str, dict[str, Any]]) -> dict[str, A
 def ask_digests(model, host: str) -> dict[str, Any]:
     import nnsight
 
-    from causalab_core.provenance import installed_causalab
+    from causalab_core.plugins import installed_causalab
 
     with contextlib.redirect_stdout(sys.stderr), model.session(remote=host):
         installed = nnsight.save(installed_causalab())

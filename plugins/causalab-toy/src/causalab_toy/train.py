@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
-from causalab_core.testing.models import word_level_tokenizer
 from causalab_toy import tasks
+from causalab_toy.tokenizer import word_level_tokenizer
 
 SPECS = {
     "weekdays": {"task": "weekdays", "arch": "llama", "layers": 8, "width": 64, "heads": 4, "steps": 1500, "lr": 2e-3},

@@ -1,0 +1,1 @@
+"""A real NDIF server on loopback for the remote tests (the `[testserver]` extra)."""

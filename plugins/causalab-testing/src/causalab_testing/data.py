@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from causalab_core.testing.models import COUNTS, DAYS
+from causalab_testing.models import COUNTS, DAYS
 
 PROMPT = "Q: what day is {} days after {}? A:"
 

@@ -1,9 +1,9 @@
-"""Core's default plugin: model keys ``causalab-testing/<name>`` for the tiny test models."""
+"""Model keys ``causalab-testing/<name>`` for the tiny test models (loaded where causalab-testing is installed)."""
 
 from __future__ import annotations
 
-from causalab_core.plugins import hookimpl
-from causalab_core.testing import models
+from causalab_core import hookimpl
+from causalab_testing import models
 
 PREFIX = "causalab-testing/"
 

@@ -1,4 +1,4 @@
-"""pytest fixtures for causalab and plugin tests: ``pytest_plugins = ["causalab_core.testing.fixtures"]``."""
+"""pytest fixtures for causalab and plugin tests: ``pytest_plugins = ["causalab_testing.fixtures"]``."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from causalab_core.testing import models
-from causalab_core.testing.data import sweep_document, weekday_rows
+from causalab_testing import models
+from causalab_testing.data import sweep_document, weekday_rows
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,7 @@
 Subclass the suite in your plugin's tests and override its fixtures (each raises
 until overridden), as fsspec's abstract filesystem tests work::
 
-    from causalab_core.testing.conformance import MetricConformance
+    from causalab_testing.conformance import MetricConformance
 
     class TestBrier(MetricConformance):
         @pytest.fixture
@@ -130,7 +130,7 @@ class PositionResolverConformance:
 
 def ragged_rows(n: int = 10):
     """Weekday rows of several lengths (some prompts carry extra leading words), for padded batches."""
-    from causalab_core.testing.data import weekday_rows
+    from causalab_testing.data import weekday_rows
 
     rows = weekday_rows(n, seed=7)
     for i, r in enumerate(rows):
@@ -144,7 +144,7 @@ class EngineConformance:
 
     Override ``engine``; ``reference`` defaults to the ``hooks`` engine (itself
     checked bit for bit against pyvene in causalab's own tests). Needs the
-    fixtures of :mod:`causalab_core.testing.fixtures`.
+    fixtures of :mod:`causalab_testing.fixtures`.
     """
 
     #: how close scores must be to the reference's (0 means bit-identical).
@@ -163,7 +163,7 @@ class EngineConformance:
     @pytest.fixture(params=["tiny_llama", "tiny_gpt2"])
     def ragged_plan(self, request, write_doc):
         from causalab_core import api
-        from causalab_core.testing.data import sweep_document
+        from causalab_testing.data import sweep_document
 
         model = request.getfixturevalue(request.param)
         return api.plan(write_doc(sweep_document(str(model), layers=[0, 2], positions=[-4, -1]), ragged_rows()))

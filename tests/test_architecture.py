@@ -1,0 +1,85 @@
+"""The house: no import circle among product modules, core imports no plugin, each module says its job."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).parent.parent
+PLUGIN_SOURCES = sorted(ROOT.glob("plugins/causalab-*/src"))
+
+
+def product_modules() -> dict[str, Path]:
+    """Module name -> file, for core and every product plugin (test tooling excluded)."""
+    found = {}
+    roots = [(ROOT, ROOT / "causalab_core")] + [(src, pkg) for src in PLUGIN_SOURCES for pkg in src.iterdir()
+                                                 if pkg.is_dir() and pkg.name != "causalab_testing"]
+    for base, package in roots:
+        for path in sorted(package.rglob("*.py")):
+            parts = path.relative_to(base).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            found[name] = path
+    return found
+
+
+def imports(path: Path, name: str) -> set[str]:
+    """Modules ``path`` imports anywhere in the file (absolute names): a lazy import closes a circle too."""
+    tree = ast.parse(path.read_text())
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
+                   and isinstance(block.test, ast.Name) and block.test.id == "TYPE_CHECKING"
+                   for n in ast.walk(block)}  # annotations only: never imported at run time
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            found |= {base} | {f"{base}.{a.name}" for a in node.names}
+    return found
+
+
+def test_no_import_circle_among_product_modules():
+    modules = product_modules()
+    graph = {name: {m for m in imports(path, name) if m in modules and m != name}
+             for name, path in modules.items()}
+    # A package's __init__ importing its own submodules is how packages work, not a circle.
+    for name in graph:
+        graph[name] = {m for m in graph[name] if not m.startswith(f"{name}.")}
+    state: dict[str, str] = {}
+    cycles = []
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = "open"
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert cycles == []
+
+
+def test_core_imports_no_plugin():
+    plugins = {pkg.name for src in PLUGIN_SOURCES for pkg in src.iterdir() if pkg.is_dir()}
+    found = [f"{path.relative_to(ROOT)}: {m}" for name, path in product_modules().items() if name.startswith("causalab_core")
+             for m in imports(path, name) if m.split(".")[0] in plugins]
+    assert found == []
+
+
+def test_each_product_module_starts_with_one_line_saying_its_job():
+    missing = []
+    for name, path in product_modules().items():
+        doc = ast.get_docstring(ast.parse(path.read_text()))
+        first = (doc or "").split("\n")[0]
+        if not first or not first.endswith((".", ")", "?", "`")):
+            missing.append(name)
+    assert missing == []
