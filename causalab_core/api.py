@@ -34,6 +34,13 @@ def plan(path: str | Path, *, data_root: str | Path | None = None, registry: Reg
     return compile_document(load_document(path, data_root), reg)
 
 
+def featurizer_classes(plan: Plan, registry: Registry) -> dict[str, type]:
+    """Featurizer kind -> class, for every kind the plan's writes use: what an engine is handed."""
+    writes = [w for step in plan.steps() for w in (step.writes if step.kind == "run" else (step.write,))]
+    kinds = {w.featurizer.kind for w in writes if w.featurizer is not None}
+    return {kind: registry.get("featurizer", kind) for kind in sorted(kinds)}
+
+
 @dataclass(frozen=True)
 class RunResult:
     """What a run produced (and wrote, when ``out`` was given)."""
@@ -84,7 +91,7 @@ def run(
     remote = remote or engine_cls.runs_remote
     built = compile_document(loaded, reg)
     runner = engine_for(engine, built, remote, reg, device_map=device_map, allow_skew=allow_skew)
-    outputs = runner.execute(built, remote=remote, batch_size=batch_size,
+    outputs = runner.execute(built, featurizers=featurizer_classes(built, reg), remote=remote, batch_size=batch_size,
                              progress=progress(built) if progress else None)
     metrics = score(built, outputs, reg)
     record = run_record(reg, engine=engine, remote=remote, batch_size=batch_size, plan=built,

@@ -50,11 +50,16 @@ class Engine:
         self,
         plan: Plan,
         *,
+        featurizers: Mapping[str, type] | None = None,
         remote: bool | str = False,
         batch_size: int | None = None,
         progress: Callable[[str], None] | None = None,
     ) -> dict[str, dict[str, torch.Tensor]]:
-        """Run every step of ``plan``; call ``progress(step path)`` after each one."""
+        """Run every step of ``plan``; call ``progress(step path)`` after each one.
+
+        ``featurizers`` maps each featurizer kind the plan's writes use to its
+        class (the caller's registry decides which; see :func:`featurizer_classes`).
+        """
         raise NotImplementedError
 
 
@@ -186,19 +191,3 @@ def mean_over_eligible(values: Sequence[float], eligible: Sequence[bool]) -> Met
     kept = [v for v in rows if v is not None]
     mean = sum(kept) / len(kept) if kept else None
     return MetricValues(rows=rows, summary={"mean": mean, "eligible": len(kept), "rows": len(rows)})
-
-
-def swap(featurizer: Featurizer | None, base: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
-    """The value a write puts in: the source's features with the base's error term.
-
-    Featurizer math runs in float32 outside any autocast; the result is cast
-    back to the base's dtype.
-    """
-    if featurizer is None:
-        return source.to(base.dtype)
-    import torch
-
-    with torch.autocast(device_type=base.device.type, enabled=False):
-        features, _ = featurizer.featurize(source.float())
-        _, error = featurizer.featurize(base.float())
-        return featurizer.inverse(features, error).to(base.dtype)

@@ -111,3 +111,43 @@ def test_a_document_needing_an_uninstalled_plugin_says_what_is_installed(sweep_d
     # No hand-kept table of this project's names: the refusal lists what the installed entry points provide.
     assert done.stderr.strip() == f"DocumentError: {sweep_doc}: unknown metric 'iia' at $.metrics.iia.kind; installed: none"
     assert not (tmp_path / "o").exists()
+
+
+def test_a_featurizer_added_through_the_registry_argument_runs_end_to_end(sweep_doc, tmp_path):
+    """The engines are handed the featurizer classes of the caller's registry, not the global one."""
+    from pydantic import BaseModel, ConfigDict
+
+    from causalab_core import api
+    from causalab_core.contracts import Featurizer
+
+    class PrefixParams(BaseModel):
+        model_config = ConfigDict(frozen=True, extra="forbid")
+        keep: int
+
+    class Prefix(Featurizer):
+        """The first ``keep`` coordinates are the features; the rest is the error term."""
+
+        name = "prefix"
+        Params = PrefixParams
+
+        def featurize(self, x):
+            return x[..., : self.params.keep], x[..., self.params.keep:]
+
+        def inverse(self, f, err):
+            import torch
+
+            return torch.cat([f, err], dim=-1)
+
+    module = types.ModuleType("causalab_prefix")
+    module.DISTRIBUTION = "causalab-prefix"
+    module.causalab_featurizers = hookimpl(lambda: [Prefix])
+    reg = build_registry(extra=(module,))
+    document = json.loads(sweep_doc.read_text())
+    plain = api.run(sweep_doc, out=tmp_path / "plain")
+    document["featurizers"] = {"all": {"kind": "prefix", "keep": 32}}
+    document["writes"]["patch"]["featurizer"] = "all"
+    sweep_doc.write_text(json.dumps(document))
+    for engine in ("hooks", "nnterp"):
+        whole = api.run(sweep_doc, out=tmp_path / engine, engine=engine, registry=reg)
+        # Keeping every coordinate is the plain swap: the same numbers, through the plugin's featurizer.
+        assert [m.content["values"] for m in whole.metrics] == [m.content["values"] for m in plain.metrics]

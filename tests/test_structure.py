@@ -81,7 +81,7 @@ def test_a_planted_violation_is_found(planted, name):
 
 def test_model_tokenizer_and_installed_modules_are_allowed():
     fine = (
-        "import torch\nfrom causalab_core.tensors import gather\n"
+        "import torch\nfrom causalab_core.runtime import gather\n"
         "with model.trace(ids):\n    t = model.tokenizer\n    g = gather(torch.zeros(1), (), ())\n"
     )
     assert violations(fine) == []

@@ -9,6 +9,7 @@ import torch
 
 from causalab_core import api
 from causalab_core.errors import PlanError
+from causalab_core.plugins import registry
 from causalab_testing.conformance import FeaturizerConformance
 from causalab_testing.data import sweep_document, weekday_rows
 from causalab_featurizers.das import DAS
@@ -66,7 +67,8 @@ def test_das_application_matches_pyvenes_rotated_space_intervention(tmp_path, wr
     q, path = saved_rotation(tmp_path, write_doc, str(tiny_llama))
     rows = weekday_rows(10, seed=5)
     plan = api.plan(write_doc(das_document(str(tiny_llama), 3, load=str(path)), rows))
-    got = HooksEngine().execute(plan)[plan.points[0].steps[-1].path]["answer_logits"]
+    classes = api.featurizer_classes(plan, registry())
+    got = HooksEngine().execute(plan, featurizers=classes)[plan.points[0].steps[-1].path]["answer_logits"]
 
     model = AutoModelForCausalLM.from_pretrained(tiny_llama).eval()
     tok = AutoTokenizer.from_pretrained(tiny_llama)

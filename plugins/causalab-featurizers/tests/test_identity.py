@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from causalab_core.contracts import swap
+from causalab_core.runtime import swap
 from causalab_testing.conformance import FeaturizerConformance
 from causalab_featurizers.identity import Identity
 

@@ -8,6 +8,7 @@ import threading
 import pytest
 
 from causalab_core import api
+from causalab_core.plugins import registry
 from causalab_testing.conformance import EngineConformance
 from causalab_testing.data import sweep_document, weekday_rows
 from causalab_nnterp.engine import NnterpEngine
@@ -40,7 +41,9 @@ def test_every_site_matches_the_hooks_engine(site, write_doc, tiny_gpt2):
     for spec in (*doc["reads"].values(), *doc["writes"].values()):
         spec["site"] = site
     plan = api.plan(write_doc(doc, weekday_rows(6)))
-    EngineConformance().assert_same(NnterpEngine().execute(plan), HooksEngine().execute(plan))
+    classes = api.featurizer_classes(plan, registry())
+    EngineConformance().assert_same(NnterpEngine().execute(plan, featurizers=classes),
+                                    HooksEngine().execute(plan, featurizers=classes))
 
 
 def test_head_writes_match_the_hooks_engine(write_doc, tiny_llama):
@@ -51,7 +54,9 @@ def test_head_writes_match_the_hooks_engine(write_doc, tiny_llama):
     doc["reads"] = {"h1": {"input": "counterfactual", "layer": 2, "site": "head", "head": 1, "position": -4}}
     doc["writes"] = {"w1": {"input": "base", "source": "h1", "layer": 2, "site": "head", "head": 1, "position": -4}}
     plan = api.plan(write_doc(doc, weekday_rows(6)))
-    EngineConformance().assert_same(NnterpEngine().execute(plan), HooksEngine().execute(plan))
+    classes = api.featurizer_classes(plan, registry())
+    EngineConformance().assert_same(NnterpEngine().execute(plan, featurizers=classes),
+                                    HooksEngine().execute(plan, featurizers=classes))
 
 
 def test_a_loaded_das_rotation_applies_as_on_the_hooks_engine(write_doc, tiny_llama, tmp_path):
@@ -75,4 +80,6 @@ def test_a_loaded_das_rotation_applies_as_on_the_hooks_engine(write_doc, tiny_ll
     doc["featurizers"] = {"das": {"kind": "das", "rank": 4, "load": str(path)}}
     doc["writes"]["patch"]["featurizer"] = "das"
     plan = api.plan(write_doc(doc, weekday_rows(6)))
-    EngineConformance().assert_same(NnterpEngine().execute(plan), HooksEngine().execute(plan))
+    classes = api.featurizer_classes(plan, registry())
+    EngineConformance().assert_same(NnterpEngine().execute(plan, featurizers=classes),
+                                    HooksEngine().execute(plan, featurizers=classes))

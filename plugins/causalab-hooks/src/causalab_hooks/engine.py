@@ -10,8 +10,7 @@ import torch
 from causalab_core.contracts import Engine
 from causalab_core.errors import EngineError
 from causalab_core.ir import Fit, Plan, Run
-from causalab_core.training import fit_featurizer, minibatch
-from causalab_core.tensors import Batch, as_heads, batches, featurizers_for, gather, scatter, score
+from causalab_core.runtime import Batch, answer_scores, as_heads, batches, featurizers_for, fit_featurizer, gather, minibatch, scatter
 from causalab_hooks.reuse import first_written_layer, is_shared, shared_reads, skipped_blocks
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -51,7 +50,7 @@ class HooksEngine(Engine):
             self._models[key] = model.eval().requires_grad_(False)
         return self._models[key]
 
-    def execute(self, plan, *, remote=False, batch_size=None, progress=None):
+    def execute(self, plan, *, featurizers=None, remote=False, batch_size=None, progress=None):
         if remote:
             raise EngineError(
                 "engine 'hooks' cannot run remotely: a hook is a callable on a module in this process, "
@@ -59,6 +58,7 @@ class HooksEngine(Engine):
             )
         if batch_size is not None and batch_size < 1:
             raise EngineError(f"batch size must be 1 or more, got {batch_size}")
+        classes = featurizers or {}
         model = self.load(plan)
         device = model.get_input_embeddings().weight.device
         self._batch_cache, self._plan_prompts = {}, tuple(plan.prompts.values())
@@ -72,16 +72,16 @@ class HooksEngine(Engine):
             fitted: dict[str, object] = {}
             for step in point.steps:
                 if step.kind == "fit":
-                    fitted[step.featurizer.name] = self._fit(model, step, device)
+                    fitted[step.featurizer.name] = self._fit(model, step, device, classes)
                     results[step.path] = fitted[step.featurizer.name].state()
                 elif self.optimize and is_shared(step):
                     results[step.path] = {}
                 else:
-                    featurizers = featurizers_for(step, fitted)
+                    swaps = featurizers_for(step, fitted, classes)
                     skip = first_written_layer(step) if self.optimize else 0
                     with torch.inference_mode():
                         results[step.path] = self._run(model, plan.prompts[step.input], step, store, batch_size,
-                                                       device, featurizers, prefix=(plan, prefixes, skip))
+                                                       device, swaps, prefix=(plan, prefixes, skip))
                 if progress:
                     progress(step.path)
         return results
@@ -113,7 +113,7 @@ class HooksEngine(Engine):
                     h.remove()
         return prefixes[key][layer - 1]
 
-    def _fit(self, model, fit: Fit, device):
+    def _fit(self, model, fit: Fit, device, classes):
         """Train the featurizer: source read, featurized swap into the target, cross-entropy of the label."""
         model.requires_grad_(False)
 
@@ -126,7 +126,7 @@ class HooksEngine(Engine):
                                keep_logits=True)["logits"]
             torch.nn.functional.cross_entropy(logits.float(), labels.to(logits.device)).backward()
 
-        return fit_featurizer(fit, backward)
+        return fit_featurizer(fit, classes, backward)
 
     def _run(self, model, prompts, step: Run, store, batch_size, device, featurizers,
              keep_logits=False, prefix=None) -> dict[str, torch.Tensor]:
@@ -154,7 +154,7 @@ class HooksEngine(Engine):
             if keep_logits:
                 last.append(out.logits[:, -1, :])
             elif step.scoring is not None:
-                scores = score(out.logits[:, -1, :], step.scoring.token_ids[batch.start:batch.stop])
+                scores = answer_scores(out.logits[:, -1, :], step.scoring.token_ids[batch.start:batch.stop])
                 logits.append(scores["answer_logits"])
                 lse.append(scores["logsumexp"])
         if keep_logits:

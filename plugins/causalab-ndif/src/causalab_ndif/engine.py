@@ -27,7 +27,7 @@ class NdifEngine(NnterpEngine):
         return ServedTransformer(plan.model.source, key=plan.model.key, revision=plan.model.revision,
                                  dtype=plan.model.dtype)
 
-    def run(self, plan, remote, batch_size):
+    def run(self, plan, remote, batch_size, classes):
         """Check the server, send the session, and keep what it said about itself in ``details``."""
         from causalab_core.plugins import registry
         from causalab_core.provenance import causalab_digests, watched_versions
@@ -42,7 +42,7 @@ class NdifEngine(NnterpEngine):
         try:
             # nnsight prints the job's status lines on stdout; stdout is for what a run wrote.
             with contextlib.redirect_stdout(sys.stderr):
-                results, served = run_remote(model, plan, batch_size, host, client, self.allow_skew)
+                results, served = run_remote(model, plan, batch_size, classes, host, client, self.allow_skew)
         except Exception as exc:  # what the server raised, or what stopped the request
             raise local_error(exc, host) from None
         self.details = {
@@ -54,7 +54,7 @@ class NdifEngine(NnterpEngine):
         return results
 
 
-def run_remote(model, plan, batch_size, host, client, allow_skew):
+def run_remote(model, plan, batch_size, classes, host, client, allow_skew):
     """The remote session. It loads only its arguments and modules every causalab server installs."""
     import nnsight
 
@@ -69,5 +69,5 @@ def run_remote(model, plan, batch_size, host, client, allow_skew):
             raise EngineError("the server's causalab sources differ from the client's: " + "; ".join(
                 f"{name} (client {mine}, server {theirs})" for name, (mine, theirs) in sorted(skew.items())))
         served = nnsight.save({"served_dtype": str(model.lm_head.weight.dtype), "causalab": installed, "skew": skew})
-        results = nnsight.save(run_plan(model, plan, batch_size))
+        results = nnsight.save(run_plan(model, plan, batch_size, classes))
     return results, served

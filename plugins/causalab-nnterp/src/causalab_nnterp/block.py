@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from causalab_core.tensors import SITE_ORDER, as_heads, batches, featurizers_for, gather, scatter, score
-from causalab_core.training import fit_featurizer, minibatch
+from causalab_core.runtime import (
+    SITE_ORDER, answer_scores, as_heads, batches, featurizers_for, fit_featurizer, gather, minibatch, scatter,
+)
 
 # nnterp's standardized accessors for each site (heads go through the attention module).
 ACCESSORS = {
@@ -65,13 +66,13 @@ def run_step(model, prompts, step, store, batch_size, featurizers, labels=None):
                 logits = model.logits[:, -1, :].float()
                 torch.nn.functional.cross_entropy(logits, labels[span].to(logits.device)).backward()
             elif step.scoring is not None:
-                scored.append(score(model.logits[:, -1, :], step.scoring.token_ids[span]))
+                scored.append(answer_scores(model.logits[:, -1, :], step.scoring.token_ids[span]))
     if not scored:
         return {}
     return {name: torch.cat([s[name] for s in scored]) for name in scored[0]}
 
 
-def fit(model, step):
+def fit(model, step, classes):
     """Train a featurizer (a plan's Fit step) inside the session; its state comes home in the results."""
     model.requires_grad_(False)
 
@@ -82,20 +83,23 @@ def fit(model, step):
             run_step(model, source_prompts, source, store, None, {})
         run_step(model, target_prompts, target, store, None, {step.write.name: featurizer}, labels=labels)
 
-    return fit_featurizer(step, backward)
+    return fit_featurizer(step, classes, backward)
 
 
-def run_plan(model, plan, batch_size):
-    """Every step of every point; returns ``{step path: {name: tensor}}`` (CPU tensors)."""
+def run_plan(model, plan, batch_size, classes):
+    """Every step of every point; returns ``{step path: {name: tensor}}`` (CPU tensors).
+
+    ``classes``: featurizer kind -> class, for the kinds the plan's writes use.
+    """
     results = {}
     for point in plan.points:
         store, fitted = {}, {}
         for step in point.steps:
             if step.kind == "fit":
-                fitted[step.featurizer.name] = fit(model, step)
+                fitted[step.featurizer.name] = fit(model, step, classes)
                 results[step.path] = {k: v.detach().cpu() for k, v in fitted[step.featurizer.name].state().items()}
                 continue
-            featurizers = featurizers_for(step, fitted)
+            featurizers = featurizers_for(step, fitted, classes)
             with torch.no_grad():
                 results[step.path] = run_step(model, plan.prompts[step.input], step, store, batch_size, featurizers)
     return results

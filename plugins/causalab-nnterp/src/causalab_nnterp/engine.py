@@ -48,26 +48,26 @@ class NnterpEngine(Engine):
             self._models[key] = load_model(plan, self.device_map)
         return self._models[key]
 
-    def execute(self, plan, *, remote=False, batch_size=None, progress=None):
+    def execute(self, plan, *, featurizers=None, remote=False, batch_size=None, progress=None):
         if batch_size is not None and batch_size < 1:
             raise EngineError(f"batch size must be 1 or more, got {batch_size}")
-        results = self.run(plan, remote, batch_size)
+        results = self.run(plan, remote, batch_size, featurizers or {})
         if progress:
             for step in plan.steps():
                 progress(step.path)
         return results
 
-    def run(self, plan, remote, batch_size):
+    def run(self, plan, remote, batch_size, classes):
         """The plan's one session (the step a remote engine replaces)."""
-        return run_session(self.model(plan), plan, remote, batch_size)
+        return run_session(self.model(plan), plan, remote, batch_size, classes)
 
 
-def run_session(model, plan, remote, batch_size):
-    """The session block. It loads only ``model``, ``plan``, ``batch_size`` and installed modules."""
+def run_session(model, plan, remote, batch_size, classes):
+    """The session block. It loads only its arguments and installed modules."""
     import nnsight
 
     from causalab_nnterp.block import run_plan
 
     with model.session(remote=remote):
-        results = nnsight.save(run_plan(model, plan, batch_size))
+        results = nnsight.save(run_plan(model, plan, batch_size, classes))
     return results

@@ -22,7 +22,8 @@ import json
 import pytest
 import torch
 
-from causalab_core.contracts import MetricInputs, RowText, swap
+from causalab_core.contracts import MetricInputs, RowText
+from causalab_core.runtime import swap
 
 
 def _override(name: str):

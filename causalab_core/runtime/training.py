@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 
 from causalab_core.ir import Fit, Read, Run, Write
-from causalab_core.tensors import featurizer_for
+from causalab_core.runtime.featurizers import featurizer_for
 
 
 def rows_of(op: Read | Write, idx: list[int]) -> Read | Write:
@@ -25,11 +25,11 @@ def minibatch(fit: Fit, idx: list[int]) -> tuple[Run, tuple, Run, tuple, torch.T
     return source, pick(fit.prompts[fit.source_input]), target, pick(fit.prompts[fit.target_input]), labels
 
 
-def fit_featurizer(fit: Fit, backward: Callable[[object, list[int]], None]):
+def fit_featurizer(fit: Fit, classes: Mapping[str, type], backward: Callable[[object, list[int]], None]):
     """Seeded init, seeded shuffling, Adam; ``backward(featurizer, idx)`` computes a minibatch's loss and
     calls ``.backward()`` on it (inside a trace, for engines that need that)."""
     torch.manual_seed(fit.seed)
-    featurizer = featurizer_for(fit.write)
+    featurizer = featurizer_for(fit.write, classes)
     # eps well above float32 noise: Adam's first steps are lr * sign(grad), so a gradient that is
     # numerically zero would otherwise move as far as a real one, and engines would part ways.
     optimizer = torch.optim.Adam(featurizer.parameters(), lr=fit.lr, eps=1e-5)
