@@ -9,7 +9,7 @@ from typing import Any
 
 from causalab_core.contracts import MetricInputs
 from causalab_core.errors import EngineError
-from causalab_core.ir import Plan, Point
+from causalab_core.ir import Fit, Plan, Point
 from causalab_core.plugins import Registry
 
 
@@ -117,15 +117,12 @@ def dump(obj: Any) -> bytes:
     return (_render(obj, 0) + "\n").encode()
 
 
-def featurizer_file(plan: Plan, point: Point, fit: Any, state: dict[str, Any], run: dict[str, Any]) -> bytes:
+def featurizer_file(plan: Plan, fit: Fit, state: dict[str, Any], run: dict[str, Any]) -> bytes:
     """A trained featurizer as safetensors, its identity in the header."""
     from safetensors.torch import save
 
-    from causalab_core.compiler.featurizers import identity
-
-    write = next(w for w in point.document["writes"].values() if w.get("featurizer") == fit.featurizer.name)
     metadata = {
-        **identity(plan.model, fit.write.site, write["position"], fit.featurizer),
+        **fit.identity,
         "dtype": plan.model.dtype,
         "train_data": fit.data_digest,
         "causalab": run["causalab"]["digest"],
@@ -145,7 +142,7 @@ def output_files(
                 if step.path not in (outputs or {}):
                     raise EngineError(f"the engine returned no trained state for step {step.path!r}")
                 files[f"{prefix}{step.featurizer.name}.safetensors"] = featurizer_file(
-                    plan, point, step, outputs[step.path], run)
+                    plan, step, outputs[step.path], run)
     for point in plan.points:
         if point.name:
             files[f"{point.name}/document.json"] = dump(point.document)

@@ -14,7 +14,7 @@ from causalab_core.document import LoadedDocument, check_document
 from causalab_core.document.load import row_name
 from causalab_core.document.schema import ReadSpec, WriteSpec
 from causalab_core.errors import PlanError, echo
-from causalab_core.compiler.featurizers import check_loaded, train_rows
+from causalab_core.compiler.featurizers import TrainingRows, check_loaded, identity, train_rows
 from causalab_core.ir import (
     FeaturizerRef, Fit, MetricPlan, Plan, Point, PositionRecord, Read, Run, Scoring, Write,
 )
@@ -51,14 +51,15 @@ def _some(by_row: dict, rows: Any, limit: int = 8) -> str:
 class Compiler:
     """Compiles one loaded document against one shell."""
 
-    def __init__(self, loaded: LoadedDocument, shell: Shell, registry: Registry):
+    def __init__(self, loaded: LoadedDocument, shell: Shell, registry: Registry, metric_params: dict[str, Any]):
         self.loaded, self.doc, self.shell, self.registry = loaded, loaded.document, shell, registry
+        self.metric_params = metric_params
         self.ref = shell.model_ref(self.doc.model.key, self.doc.model.revision, self.doc.model.dtype)
         self.prompts = tokenize_inputs(self.doc.inputs, loaded.rows, shell.tokenizer, self.doc.variables)
         self.resolvers = [cls() for cls in registry.components("position").values()]
         self._positions: dict[tuple[str, str, str], tuple[Resolved, ...]] = {}
-        self.train_cache: dict[str, tuple] = {}
-        """Training rows per data spec: (rows, tokenized prompts, dataset key)."""
+        self._training: dict[str, TrainingRows] = {}
+        """Training rows per data spec (canonical JSON)."""
         self.scorings = self._scorings()
         self._decoded: dict[int, str] = {}
 
@@ -114,9 +115,8 @@ class Compiler:
         tokens: dict[str, tuple[int, ...]] = {}
         for name, metric in self.doc.metrics.items():
             cls = self.registry.get("metric", metric.kind)
-            params = cls.Params.model_validate(metric.model_dump(exclude={"kind", "input"}))
             wanted = columns.setdefault(self.metric_step_input(metric), [])
-            for column in cls().columns(params):
+            for column in cls().columns(self.metric_params[name]):
                 if column not in tokens:
                     tokens[column] = answer_token(self.shell.tokenizer, self.loaded.rows, column, f"$.metrics.{name}")
                 if column not in wanted:
@@ -130,59 +130,67 @@ class Compiler:
 
     def point(self, name: str, values: tuple) -> Point:
         point_doc = substitute(self.doc, values)
-        rows = self.loaded.rows
-        eligible = [True] * len(rows)
-        records: list[PositionRecord] = []
-        reads: dict[str, Read] = {}
-        read_inputs: dict[str, str] = {}
-        read_specs: dict[str, ReadSpec] = {}
-        fits: dict[str, Fit] = {}
-        for rname, raw in point_doc["reads"].items():
-            spec = ReadSpec.model_validate(raw)
-            read_specs[rname] = spec
-            site = self.site(spec, f"$.reads.{rname}", name)
-            resolved = self.resolve(spec.input, spec.position)
-            records.append(self.record(rname, "read", spec.input, resolved))
-            for i, r in enumerate(resolved):
-                eligible[i] = eligible[i] and r.reason is None
-            reads[rname] = Read(rname, site, tuple(r.positions for r in resolved))
-            read_inputs[rname] = spec.input
-        writes: dict[str, list[Write]] = {}
-        for wname, raw in point_doc["writes"].items():
-            spec = WriteSpec.model_validate(raw)
-            where = f"$.writes.{wname}"
-            site = self.site(spec, where, name)
-            resolved = self.resolve(spec.input, spec.position)
-            records.append(self.record(wname, "write", spec.input, resolved))
-            source = reads[spec.source]
-            self._check_write(wname, where, name, site, resolved, source)
-            featurizer = None
-            if spec.featurizer is not None:
-                fspec = point_doc["featurizers"][spec.featurizer]
-                params = {k: v for k, v in fspec.items() if k not in ("kind", "train")}
-                if params.get("load") and not Path(params["load"]).is_absolute():
-                    params["load"] = str(self.loaded.data_folder / params["load"])
-                featurizer = FeaturizerRef(spec.featurizer, fspec["kind"], params)
-                self._check_featurizer(featurizer, site, f"$.featurizers.{spec.featurizer}", name)
-                check_loaded(featurizer, self.ref, site, spec.position, f"$.featurizers.{spec.featurizer}")
-                if fspec.get("train") and spec.featurizer not in fits:
-                    fits[spec.featurizer] = self.fit(name, featurizer, fspec["train"], spec, reads[spec.source],
-                                                     read_specs[spec.source], site)
-            writes.setdefault(spec.input, []).append(
-                Write(wname, spec.source, site, tuple(r.positions for r in resolved), featurizer)
-            )
-        steps = tuple(fits.values()) + self._steps(name, reads, read_inputs, writes)
+        reads, records, eligible = self._reads(name, point_doc)
+        writes, write_records, fits = self._writes(name, point_doc, reads)
+        steps = tuple(fits) + self._steps(name, {n: read for n, (_, read) in reads.items()},
+                                          {n: spec.input for n, (spec, _) in reads.items()}, writes)
         metrics = tuple(
             MetricPlan(mname, m.kind, self._path(name, self.metric_step_input(m)), m.model_dump(exclude={"kind", "input"}))
             for mname, m in self.doc.metrics.items()
         )
-        return Point(name, values, steps, metrics, tuple(records), tuple(eligible), point_doc)
+        return Point(name, values, steps, metrics, tuple(records + write_records), tuple(eligible), point_doc)
+
+    def _reads(self, point: str, point_doc: dict) -> tuple[dict[str, tuple[ReadSpec, Read]], list, list[bool]]:
+        """Each read's spec and plan node, its position record, and which rows every read resolved on."""
+        reads, records, eligible = {}, [], [True] * len(self.loaded.rows)
+        for rname, raw in point_doc["reads"].items():
+            spec = ReadSpec.model_validate(raw)
+            site = self.site(spec, f"$.reads.{rname}", point)
+            resolved = self.resolve(spec.input, spec.position)
+            records.append(self.record(rname, "read", spec.input, resolved))
+            eligible = [ok and r.reason is None for ok, r in zip(eligible, resolved)]
+            reads[rname] = (spec, Read(rname, site, tuple(r.positions for r in resolved)))
+        return reads, records, eligible
+
+    def _writes(self, point: str, point_doc: dict, reads: dict) -> tuple[dict[str, list[Write]], list, list[Fit]]:
+        """Each write by the input it changes, its position record, and a Fit step per trained featurizer."""
+        writes: dict[str, list[Write]] = {}
+        records, fits = [], {}
+        for wname, raw in point_doc["writes"].items():
+            spec = WriteSpec.model_validate(raw)
+            where = f"$.writes.{wname}"
+            site = self.site(spec, where, point)
+            resolved = self.resolve(spec.input, spec.position)
+            records.append(self.record(wname, "write", spec.input, resolved))
+            read_spec, source = reads[spec.source]
+            self._check_write(wname, where, point, site, resolved, source)
+            featurizer = None
+            if spec.featurizer is not None:
+                fspec = point_doc["featurizers"][spec.featurizer]
+                featurizer = self._featurizer(spec.featurizer, fspec, site, spec.position, point)
+                if fspec.get("train") and spec.featurizer not in fits:
+                    fits[spec.featurizer] = self.fit(point, featurizer, fspec["train"], spec, source, read_spec, site)
+            writes.setdefault(spec.input, []).append(
+                Write(wname, spec.source, site, tuple(r.positions for r in resolved), featurizer)
+            )
+        return writes, records, list(fits.values())
+
+    def _featurizer(self, name: str, fspec: dict, site, position, point: str) -> FeaturizerRef:
+        """The featurizer a write goes through: a file it loads resolved like data paths, checked against the site."""
+        params = {k: v for k, v in fspec.items() if k not in ("kind", "train")}
+        if params.get("load") and not Path(params["load"]).is_absolute():
+            params["load"] = str(self.loaded.data_folder / params["load"])
+        featurizer = FeaturizerRef(name, fspec["kind"], params)
+        self._check_featurizer(featurizer, site, f"$.featurizers.{name}", point)
+        check_loaded(featurizer, self.ref, site, position, f"$.featurizers.{name}")
+        return featurizer
 
     def fit(self, point: str, featurizer: FeaturizerRef, train: dict, write: WriteSpec, read: Read,
             read_spec: ReadSpec, site) -> Fit:
         """The step that trains ``featurizer`` on the training rows, before this point's runs."""
         where = f"$.featurizers.{featurizer.name}.train"
-        rows, prompts, dataset = train_rows(self, train, where)
+        training = self.training(train["data"], where)
+        rows, prompts, dataset = training.rows, training.prompts, training.dataset
         source = self.resolve(read_spec.input, read_spec.position, prompts, dataset)
         target = self.resolve(write.input, write.position, prompts, dataset)
         for name, resolved in (("read", source), ("write", target)):
@@ -204,7 +212,16 @@ class Compiler:
             labels=answer_token(self.shell.tokenizer, rows, train["label"], f"{where}.label"),
             data_digest=dataset.removeprefix("train:"),
             epochs=train["epochs"], batch_size=train["batch_size"], lr=train["lr"], seed=train["seed"],
+            identity=identity(self.ref, site, write.position, featurizer),
         )
+
+    def training(self, data: dict, where: str) -> TrainingRows:
+        """The rows a ``train.data`` spec names, tokenized (once per spec: every point of a sweep shares them)."""
+        key = json.dumps(data, sort_keys=True)
+        if key not in self._training:
+            tokenize = lambda rows: tokenize_inputs(self.doc.inputs, rows, self.shell.tokenizer, self.doc.variables)  # noqa: E731
+            self._training[key] = train_rows(data, self.loaded.data_folder, self.loaded.source, where, tokenize)
+        return self._training[key]
 
     def _check_featurizer(self, featurizer: FeaturizerRef, site, where: str, point: str) -> None:
         """What the featurizer's plugin can check against the site's width, before weights load."""
@@ -284,11 +301,11 @@ class Compiler:
 
 def compile_document(loaded: LoadedDocument, registry: Registry) -> Plan:
     """Validate against the installed plugins, build the shell, and compile the plan."""
-    check_document(loaded.document, registry, loaded.source)
+    metric_params = check_document(loaded.document, registry, loaded.source)
     model = loaded.document.model
     try:
         shell = load_shell(resolve_source(model.key, model.revision, registry, Path(loaded.source).parent))
-        return Compiler(loaded, shell, registry).plan()
+        return Compiler(loaded, shell, registry, metric_params).plan()
     except PlanError as exc:
         if str(exc).startswith(loaded.source):
             raise

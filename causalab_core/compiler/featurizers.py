@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from causalab_core.compiler.prompts import tokenize_inputs
-from causalab_core.document.load import load_rows
+from causalab_core.contracts import RowText
+from causalab_core.document.load import Rows, load_rows
 from causalab_core.document.schema import DataSpec
 from causalab_core.errors import DocumentError, PlanError
 
@@ -18,16 +20,21 @@ def data_digest(rows: tuple[dict, ...]) -> str:
     return hashlib.sha256("\n".join(json.dumps(r, sort_keys=True) for r in rows).encode()).hexdigest()
 
 
-def train_rows(compiler: Any, train: dict, where: str):
-    """Training rows, their tokenized inputs, and a key naming the dataset (cached on the compiler)."""
-    spec = DataSpec.model_validate(train["data"])
-    key = json.dumps(train["data"], sort_keys=True)
-    cache = compiler.train_cache
-    if key not in cache:
-        rows = load_rows(spec, compiler.loaded.data_folder, compiler.loaded.source, f"{where}.data")
-        prompts = tokenize_inputs(compiler.doc.inputs, rows, compiler.shell.tokenizer, compiler.doc.variables)
-        cache[key] = (rows, prompts, f"train:{data_digest(rows)}")
-    return cache[key]
+@dataclass(frozen=True)
+class TrainingRows:
+    """A featurizer's training rows, their tokenized prompts, and the key that names the dataset."""
+
+    rows: Rows
+    prompts: dict[str, list[RowText]]
+    dataset: str
+    """``train:<sha256 of the rows>``: keys position caches, and names the data in a trained file's identity."""
+
+
+def train_rows(data: dict, folder: Path, source: str, where: str,
+               tokenize: Callable[[Rows], dict[str, list[RowText]]]) -> TrainingRows:
+    """Load the training rows a ``train.data`` spec names and tokenize their inputs."""
+    rows = load_rows(DataSpec.model_validate(data), folder, source, f"{where}.data")
+    return TrainingRows(rows, tokenize(rows), f"train:{data_digest(rows)}")
 
 
 def identity(model: Any, site: Any, position: Any, featurizer: Any) -> dict[str, str]:

@@ -112,12 +112,13 @@ def _check_params(cls: type, spec: Any, where: str, skip: set[str]) -> Any:
         raise DocumentError(f"{where}{path}: {msg}") from None
 
 
-def check_plugins(document: Document, registry: Registry) -> None:
-    """Every kind a document names is installed, and its parameters are valid."""
+def check_plugins(document: Document, registry: Registry) -> dict[str, Any]:
+    """Every kind a document names is installed, and its parameters are valid; returns each metric's parameters."""
+    metric_params = {}
     try:
         for name, metric in document.metrics.items():
             cls = registry.get("metric", metric.kind, f"$.metrics.{name}.kind")
-            _check_params(cls, metric, f"$.metrics.{name}", {"kind", "input"})
+            metric_params[name] = _check_params(cls, metric, f"$.metrics.{name}", {"kind", "input"})
         for name, feat in document.featurizers.items():
             cls = registry.get("featurizer", feat.kind, f"$.featurizers.{name}.kind")
             for values in _sweep_variants(document, feat):
@@ -136,6 +137,7 @@ def check_plugins(document: Document, registry: Registry) -> None:
                     check_position(spec.position, resolvers, registry, where)
     except PluginError as exc:
         raise DocumentError(str(exc)) from None
+    return metric_params
 
 
 def check_position(value: Any, resolvers: list, registry: Registry, where: str) -> None:
@@ -154,11 +156,14 @@ def check_position(value: Any, resolvers: list, registry: Registry, where: str) 
     )
 
 
-def check_document(document: Document, registry: Registry, source: str = "") -> None:
-    """Raise a DocumentError (prefixed with the document's file) for what the schema cannot see."""
+def check_document(document: Document, registry: Registry, source: str = "") -> dict[str, Any]:
+    """Raise a DocumentError (prefixed with the document's file) for what the schema cannot see.
+
+    Returns each metric's validated parameters (validated here, once, with the document's paths).
+    """
     try:
         check_references(document)
-        check_plugins(document, registry)
+        return check_plugins(document, registry)
     except DocumentError as exc:
         if not source:
             raise

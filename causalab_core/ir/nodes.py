@@ -136,6 +136,8 @@ class Fit:
     batch_size: int
     lr: float
     seed: int
+    identity: dict[str, str] = field(default_factory=dict)
+    """What the trained file must match to be loaded later: model, site, position, parameters (strings)."""
     kind: Literal["fit"] = "fit"
 
 
