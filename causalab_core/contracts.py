@@ -63,6 +63,17 @@ class Engine:
         raise NotImplementedError
 
 
+def refuse_options(engine: Engine, *, remote: bool | str, batch_size: int | None) -> None:
+    """The refusals every engine makes before any work: a batch size below 1, remote where it cannot go."""
+    from causalab_core.errors import EngineError
+
+    if batch_size is not None and batch_size < 1:
+        raise EngineError(f"batch size must be 1 or more, got {batch_size}")
+    if remote and "remote" not in engine.capabilities:
+        raise EngineError(f"engine {engine.name!r} cannot run remotely; use an engine with the remote capability "
+                          "(`causalab plugins` lists each engine's)")
+
+
 # -- positions ----------------------------------------------------------------
 
 

@@ -7,8 +7,7 @@ from collections import defaultdict
 
 import torch
 
-from causalab_core.contracts import Engine
-from causalab_core.errors import EngineError
+from causalab_core.contracts import Engine, refuse_options
 from causalab_core.ir import Fit, Plan, Run
 from causalab_core.runtime import Batch, answer_scores, as_heads, batches, featurizers_for, fit_featurizer, gather, minibatch, scatter
 from causalab_hooks.reuse import first_written_layer, is_shared, shared_reads, skipped_blocks
@@ -21,7 +20,7 @@ class _StopForward(Exception):
 
 
 class HooksEngine(Engine):
-    """Runs in this process on a transformers ``AutoModelForCausalLM``."""
+    """Runs in this process on a transformers ``AutoModelForCausalLM``; loaded weights are kept between runs."""
 
     name = "hooks"
     capabilities = frozenset({"heads", "training"})
@@ -31,8 +30,6 @@ class HooksEngine(Engine):
         self.optimize = optimize
         """Share read-only forwards across points and reuse clean prefixes (results are bit-identical)."""
         self._models: dict[tuple, torch.nn.Module] = {}
-        self._batch_cache: dict[tuple, list[Batch]] = {}
-        self._plan_prompts: tuple = ()
 
     def load(self, plan: Plan) -> torch.nn.Module:
         from transformers import AutoModelForCausalLM
@@ -51,176 +48,182 @@ class HooksEngine(Engine):
         return self._models[key]
 
     def execute(self, plan, *, featurizers=None, remote=False, batch_size=None, progress=None):
-        if remote:
-            raise EngineError(
-                "engine 'hooks' cannot run remotely: a hook is a callable on a module in this process, "
-                "there is nothing to ship; use an engine with the remote capability (nnterp)"
-            )
-        if batch_size is not None and batch_size < 1:
-            raise EngineError(f"batch size must be 1 or more, got {batch_size}")
-        classes = featurizers or {}
-        model = self.load(plan)
-        device = model.get_input_embeddings().weight.device
-        self._batch_cache, self._plan_prompts = {}, tuple(plan.prompts.values())
+        refuse_options(self, remote=remote, batch_size=batch_size)
+        return Execution(self.load(plan), plan, featurizers or {}, batch_size, self.optimize).run(progress)
+
+
+class Execution:
+    """One ``execute``: the model and plan, and what the run shares between points (batches, clean prefixes)."""
+
+    def __init__(self, model, plan: Plan, classes, batch_size: int | None, optimize: bool):
+        self.model, self.plan, self.classes, self.batch_size, self.optimize = model, plan, classes, batch_size, optimize
+        self.device = model.get_input_embeddings().weight.device
+        self.batches = {name: list(batches(prompts, batch_size, self.device)) for name, prompts in plan.prompts.items()}
+        """Each input's padded batches, built once: every point runs them."""
+        self.clean_outputs: dict[tuple, dict[int, torch.Tensor]] = {}
+        """Per (input, batch): each block's output on the clean run, for prefix reuse."""
+
+    def run(self, progress) -> dict[str, dict[str, torch.Tensor]]:
         results: dict[str, dict[str, torch.Tensor]] = {}
-        stores: dict[str, dict] = {point.name: {} for point in plan.points}
+        stores: dict[str, dict] = {point.name: {} for point in self.plan.points}
         if self.optimize:
-            self._shared_reads(model, plan, stores, batch_size, device)
-        prefixes: dict = {}
-        for point in plan.points:
-            store = stores[point.name]
-            fitted: dict[str, object] = {}
+            self.record_shared_reads(stores)
+        for point in self.plan.points:
+            store, fitted = stores[point.name], {}
             for step in point.steps:
                 if step.kind == "fit":
-                    fitted[step.featurizer.name] = self._fit(model, step, device, classes)
+                    fitted[step.featurizer.name] = self.fit(step)
                     results[step.path] = fitted[step.featurizer.name].state()
                 elif self.optimize and is_shared(step):
                     results[step.path] = {}
                 else:
-                    swaps = featurizers_for(step, fitted, classes)
-                    skip = first_written_layer(step) if self.optimize else 0
+                    swaps = featurizers_for(step, fitted, self.classes)
                     with torch.inference_mode():
-                        results[step.path] = self._run(model, plan.prompts[step.input], step, store, batch_size,
-                                                       device, swaps, prefix=(plan, prefixes, skip))
+                        results[step.path] = self.score(step, store, swaps)
                 if progress:
                     progress(step.path)
         return results
 
-    def _shared_reads(self, model, plan: Plan, stores, batch_size, device) -> None:
+    def record_shared_reads(self, stores) -> None:
         """One forward per batch per input for every point's read-only runs."""
-        for input_name, merged in shared_reads(plan.points).items():
+        for input_name, merged in shared_reads(self.plan.points).items():
             found: dict = {}
             with torch.inference_mode():
-                self._run(model, plan.prompts[input_name], merged, found, batch_size, device, {})
+                self.record(self.batches[input_name], merged, found)
             for key, values in found.items():
                 point, read = key.rsplit("/", 1)
                 stores[point][read] = values
 
-    def _prefix(self, model, plan: Plan, prefixes, input_name: str, layer: int, batch: Batch):
-        """Block ``layer - 1``'s clean output for this batch (one clean forward serves every layer)."""
-        key = (input_name, batch.start, batch.stop)
-        if key not in prefixes:
-            outputs = {}
-            prefixes[key] = outputs
-            handles = []
-            for i, block in enumerate(model.get_submodule(plan.model.layers_path)):
-                handles.append(block.register_forward_hook(
-                    lambda mod, args, output, i=i: outputs.__setitem__(i, output)))
-            try:
-                self._forward(model, batch)
-            finally:
-                for h in handles:
-                    h.remove()
-        return prefixes[key][layer - 1]
+    def score(self, step: Run, store, swaps) -> dict[str, torch.Tensor]:
+        """A run over every row with its reads and writes; the answer scores come back (if it is scored)."""
+        skip = first_written_layer(step) if self.optimize else 0
+        logits, lse = [], []
+        self._new_reads(step, store, sum(b.stop - b.start for b in self.batches[step.input]))
+        for batch in self.batches[step.input]:
+            out = self.forward(batch, step, store, swaps, stop=True, skip=skip)
+            if step.scoring is not None:
+                scores = answer_scores(out.logits[:, -1, :], step.scoring.token_ids[batch.start:batch.stop])
+                logits.append(scores["answer_logits"])
+                lse.append(scores["logsumexp"])
+        if step.scoring is None:
+            return {}
+        return {"answer_logits": torch.cat(logits), "logsumexp": torch.cat(lse)}
 
-    def _fit(self, model, fit: Fit, device, classes):
+    def record(self, batch_list: list[Batch], step: Run, store) -> None:
+        """A read-only run: its reads land in ``store``; the forward stops after the last module read."""
+        self._new_reads(step, store, sum(b.stop - b.start for b in batch_list))
+        for batch in batch_list:
+            self.forward(batch, step, store, {}, stop=True)
+
+    def last_logits(self, prompts, step: Run, store, swaps) -> torch.Tensor:
+        """A training minibatch's forward with its writes: the last-token logits, with their graph."""
+        batch = next(batches(prompts, None, self.device))
+        return self.forward(batch, step, store, swaps, stop=False).logits[:, -1, :]
+
+    def fit(self, fit: Fit):
         """Train the featurizer: source read, featurized swap into the target, cross-entropy of the label."""
-        model.requires_grad_(False)
 
         def backward(featurizer, idx):
             source, source_prompts, target, target_prompts, labels = minibatch(fit, idx)
             store: dict = {}
             with torch.no_grad():
-                self._run(model, source_prompts, source, store, None, device, {})
-            logits = self._run(model, target_prompts, target, store, None, device, {fit.write.name: featurizer},
-                               keep_logits=True)["logits"]
+                self.record(list(batches(source_prompts, None, self.device)), source, store)
+            logits = self.last_logits(target_prompts, target, store, {fit.write.name: featurizer})
             torch.nn.functional.cross_entropy(logits.float(), labels.to(logits.device)).backward()
 
-        return fit_featurizer(fit, classes, backward)
+        return fit_featurizer(fit, self.classes, backward)
 
-    def _run(self, model, prompts, step: Run, store, batch_size, device, featurizers,
-             keep_logits=False, prefix=None) -> dict[str, torch.Tensor]:
-        """One run over every row; scores (or, for training, the last-token logits) come back.
-
-        ``prefix`` = (plan, cache, layer): start each batch's forward at block ``layer``,
-        taking the blocks below from the input's clean run.
-        """
-        logits, lse, last = [], [], []
+    @staticmethod
+    def _new_reads(step: Run, store, rows: int) -> None:
         for read in step.reads:
-            store[read.name] = [None] * len(prompts)
-        for batch in self._batches(prompts, batch_size, device):
-            skip = contextlib.nullcontext()
-            if prefix and prefix[2] > 0:
-                plan, cache, layer = prefix
-                cached = self._prefix(model, plan, cache, step.input, layer, batch)
-                skip = skipped_blocks(model, plan.model.layers_path, layer, cached)
-            handles = self._attach(model, step, batch, store, featurizers, stop=not keep_logits)
+            store[read.name] = [None] * rows
+
+    def forward(self, batch: Batch, step: Run, store, swaps, *, stop: bool, skip: int = 0):
+        """One batch through the model with the step's hooks attached.
+
+        ``stop``: a run that neither scores nor writes ends after the last module it reads.
+        ``skip``: start at block ``skip``, taking the blocks below from this input's clean run.
+        """
+        skipped = contextlib.nullcontext()
+        if skip > 0:
+            cached = self.clean_output(step.input, skip - 1, batch)
+            skipped = skipped_blocks(self.model, self.plan.model.layers_path, skip, cached)
+        handles = attach(self.model, step, batch, store, swaps, stop=stop)
+        try:
+            with skipped:
+                return plain_forward(self.model, batch)
+        finally:
+            for h in handles:
+                h.remove()
+
+    def clean_output(self, input_name: str, layer: int, batch: Batch) -> torch.Tensor:
+        """Block ``layer``'s output on this input's clean run (one clean forward per batch serves every layer)."""
+        key = (input_name, batch.start, batch.stop)
+        if key not in self.clean_outputs:
+            outputs: dict[int, torch.Tensor] = {}
+            self.clean_outputs[key] = outputs
+            handles = [block.register_forward_hook(lambda mod, args, output, i=i: outputs.__setitem__(i, output))
+                       for i, block in enumerate(self.model.get_submodule(self.plan.model.layers_path))]
             try:
-                with skip:
-                    out = self._forward(model, batch)
+                plain_forward(self.model, batch)
             finally:
                 for h in handles:
                     h.remove()
-            if keep_logits:
-                last.append(out.logits[:, -1, :])
-            elif step.scoring is not None:
-                scores = answer_scores(out.logits[:, -1, :], step.scoring.token_ids[batch.start:batch.stop])
-                logits.append(scores["answer_logits"])
-                lse.append(scores["logsumexp"])
-        if keep_logits:
-            return {"logits": torch.cat(last)}
-        if step.scoring is None:
-            return {}
-        return {"answer_logits": torch.cat(logits), "logsumexp": torch.cat(lse)}
+        return self.clean_outputs[key][layer]
 
-    def _batches(self, prompts, batch_size, device) -> list[Batch]:
-        """The padded batches of these rows; a plan input's are built once per execute (every point runs them)."""
-        key = (id(prompts), batch_size)
-        if key not in self._batch_cache:
-            if not any(prompts is p for p in self._plan_prompts):
-                return list(batches(prompts, batch_size, device))  # training minibatches: new every step
-            self._batch_cache[key] = list(batches(prompts, batch_size, device))
-        return self._batch_cache[key]
 
-    def _forward(self, model, batch: Batch):
-        try:
-            return model(
-                input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                position_ids=batch.position_ids, logits_to_keep=1, use_cache=False,
-            )
-        except _StopForward:
-            return None
+def plain_forward(model, batch: Batch):
+    """The model on one padded batch, last position only through the LM head (None if a hook stopped it)."""
+    try:
+        return model(
+            input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+            position_ids=batch.position_ids, logits_to_keep=1, use_cache=False,
+        )
+    except _StopForward:
+        return None
 
-    def _attach(self, model, step: Run, batch: Batch, store, featurizers, stop: bool = True) -> list:
-        """Register one hook per (module, tensor) that the step reads or writes."""
-        by_site = defaultdict(lambda: ([], []))
-        for read in step.reads:
-            by_site[(read.site.module, read.site.tensor)][0].append(read)
-        for write in step.writes:
-            by_site[(write.site.module, write.site.tensor)][1].append(write)
-        stop_after = None
-        if stop and step.scoring is None and not step.writes:
-            order = [name for name, _ in model.named_modules()]
-            stop_after = max((order.index(m), m, t) for m, t in by_site)[1:]
-        handles = []
-        for (module_path, tensor), (reads, writes) in by_site.items():
-            edit = self._editor(reads, writes, batch, store, featurizers, stop=(module_path, tensor) == stop_after)
-            module = model.get_submodule(module_path)
-            if tensor == "output":
-                handles.append(module.register_forward_hook(
-                    lambda mod, args, output, edit=edit: _replace_first(output, edit)))
-            else:
-                handles.append(module.register_forward_pre_hook(
-                    lambda mod, args, kwargs, edit=edit: _replace_input(args, kwargs, edit), with_kwargs=True))
-        return handles
 
-    def _editor(self, reads, writes, batch: Batch, store, featurizers, stop: bool):
-        """A function of the site's tensor that records reads, applies writes, returns the tensor."""
-        span = slice(batch.start, batch.stop)
+def attach(model, step: Run, batch: Batch, store, swaps, stop: bool) -> list:
+    """Register one hook per (module, tensor) that the step reads or writes."""
+    by_site = defaultdict(lambda: ([], []))
+    for read in step.reads:
+        by_site[(read.site.module, read.site.tensor)][0].append(read)
+    for write in step.writes:
+        by_site[(write.site.module, write.site.tensor)][1].append(write)
+    stop_after = None
+    if stop and step.scoring is None and not step.writes:
+        order = [name for name, _ in model.named_modules()]
+        stop_after = max((order.index(m), m, t) for m, t in by_site)[1:]
+    handles = []
+    for (module_path, tensor), (reads, writes) in by_site.items():
+        edit = editor(reads, writes, batch, store, swaps, stop=(module_path, tensor) == stop_after)
+        module = model.get_submodule(module_path)
+        if tensor == "output":
+            handles.append(module.register_forward_hook(
+                lambda mod, args, output, edit=edit: _replace_first(output, edit)))
+        else:
+            handles.append(module.register_forward_pre_hook(
+                lambda mod, args, kwargs, edit=edit: _replace_input(args, kwargs, edit), with_kwargs=True))
+    return handles
 
-        def edit(hidden: torch.Tensor) -> torch.Tensor:
-            for read in reads:
-                store[read.name][span] = gather(as_heads(hidden, read.site), read.windows[span], batch.offsets)
-            if writes:
-                hidden = hidden.clone()
-                for write in writes:
-                    scatter(as_heads(hidden, write.site), write.windows[span], batch.offsets,
-                            store[write.source][span], featurizers[write.name])
-            if stop:
-                raise _StopForward
-            return hidden
 
-        return edit
+def editor(reads, writes, batch: Batch, store, swaps, stop: bool):
+    """A function of the site's tensor that records reads, applies writes, returns the tensor."""
+    span = slice(batch.start, batch.stop)
+
+    def edit(hidden: torch.Tensor) -> torch.Tensor:
+        for read in reads:
+            store[read.name][span] = gather(as_heads(hidden, read.site), read.windows[span], batch.offsets)
+        if writes:
+            hidden = hidden.clone()
+            for write in writes:
+                scatter(as_heads(hidden, write.site), write.windows[span], batch.offsets,
+                        store[write.source][span], swaps[write.name])
+        if stop:
+            raise _StopForward
+        return hidden
+
+    return edit
 
 
 def _replace_first(output, edit):

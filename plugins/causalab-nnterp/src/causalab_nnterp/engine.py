@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from causalab_core.contracts import Engine
-from causalab_core.errors import EngineError
+from causalab_core.contracts import Engine, refuse_options
 
 DTYPES = ("float32", "float16", "bfloat16")
 
@@ -49,8 +48,7 @@ class NnterpEngine(Engine):
         return self._models[key]
 
     def execute(self, plan, *, featurizers=None, remote=False, batch_size=None, progress=None):
-        if batch_size is not None and batch_size < 1:
-            raise EngineError(f"batch size must be 1 or more, got {batch_size}")
+        refuse_options(self, remote=remote, batch_size=batch_size)
         results = self.run(plan, remote, batch_size, featurizers or {})
         if progress:
             for step in plan.steps():

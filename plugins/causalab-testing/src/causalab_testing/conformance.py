@@ -196,6 +196,12 @@ class EngineConformance:
         engine.execute(ragged_plan, progress=seen.append)
         assert seen == [s.path for s in ragged_plan.steps()]
 
+    def test_a_batch_size_below_one_is_refused(self, engine, ragged_plan):
+        from causalab_core.errors import EngineError
+
+        with pytest.raises(EngineError, match="batch size must be 1 or more"):
+            engine.execute(ragged_plan, batch_size=0)
+
     def test_remote_is_local_simulation_or_refused(self, engine, ragged_plan):
         """A remote-capable engine gives the same numbers through nnsight's serialized path; others refuse."""
         from causalab_core.errors import EngineError
