@@ -56,7 +56,8 @@ class Causalab:
     """End to end from the document through one engine instance (weights loaded once)."""
 
     def __init__(self, engine: str, **options):
-        self.engine = registry().get("engine", engine)(**options)
+        cls = registry().get("engine", engine)
+        self.engine = cls(options=cls.Options(**options))
         self.split = {}
 
     def __call__(self, doc_path: Path, out: Path) -> int:

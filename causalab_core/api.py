@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from causalab_core.compiler import compile_document
 from causalab_core.document import LoadedDocument, load_document
 from causalab_core.errors import EngineError
@@ -52,15 +54,25 @@ class RunResult:
     out: Path | None
 
 
-def engine_for(name: str, plan: Plan, remote: bool | str, registry: Registry, **options: Any):
-    """The engine instance, refused before any weights load if it cannot run this plan."""
-    cls = registry.get("engine", name, "--engine")
+def engine_options(cls: type, options: dict[str, Any] | None) -> Any:
+    """The engine's own options, validated by its ``Options`` model: one line naming what is wrong."""
+    try:
+        return cls.Options.model_validate(options or {})
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        key = ".".join(str(part) for part in error["loc"])
+        known = ", ".join(cls.Options.model_fields) or "none"
+        what = "unknown option" if error["type"] == "extra_forbidden" else error["msg"]
+        raise EngineError(f"--option {key}: {what} for engine {cls.name!r} (its options: {known})") from None
+
+
+def check_capabilities(cls: type, plan: Plan, remote: bool | str) -> None:
+    """Refuse, before any weights load, an engine that cannot run this plan."""
     needed = set(plan.requires) | ({"remote"} if remote else set())
     missing = sorted(needed - set(cls.capabilities))
     if missing:
-        raise EngineError(f"engine {name!r} cannot run this document: it needs {', '.join(missing)}, "
-                          f"which {name!r} does not support")
-    return cls(**options)
+        raise EngineError(f"engine {cls.name!r} cannot run this document: it needs {', '.join(missing)}, "
+                          f"which {cls.name!r} does not support")
 
 
 def run(
@@ -73,14 +85,16 @@ def run(
     device_map: str | None = None,
     data_root: str | Path | None = None,
     force: bool = False,
-    allow_skew: bool = False,
+    options: dict[str, Any] | None = None,
     registry: Registry | None = None,
     progress: Callable[[Plan], Callable[[str], None] | None] | None = None,
 ) -> RunResult:
     """Compile, execute on ``engine``, score, and (with ``out``) write the output folder.
 
-    ``allow_skew``: a remote engine runs even where the server's causalab or
-    watched packages differ from this client's (the skew is recorded in run.json).
+    ``options``: the engine's own options (its ``Options`` model), e.g.
+    ``{"allow_skew": True}`` for ``ndif``; validated before anything else runs.
+    ``remote``: False (here), ``"local"`` (nnsight's local simulation of a
+    remote run), True (the host from nnsight's settings) or a host URL.
     """
     reg = registry or default_registry()
     out_path = Path(out) if out is not None else None
@@ -88,9 +102,11 @@ def run(
     if out_path is not None:
         check_out(out_path, force=force, protected=loaded.read_paths())
     engine_cls = reg.get("engine", engine, "--engine")
+    chosen = engine_options(engine_cls, options)
     remote = remote or engine_cls.runs_remote
     built = compile_document(loaded, reg)
-    runner = engine_for(engine, built, remote, reg, device_map=device_map, allow_skew=allow_skew)
+    check_capabilities(engine_cls, built, remote)
+    runner = engine_cls(device_map=device_map, options=chosen)
     outputs = runner.execute(built, featurizers=featurizer_classes(built, reg), remote=remote, batch_size=batch_size,
                              progress=progress(built) if progress else None)
     metrics = score(built, outputs, reg)

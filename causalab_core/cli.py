@@ -58,6 +58,22 @@ def reported(verbose: bool):
         raise typer.Exit(exc.exit_code) from None
 
 
+def engine_options(pairs: list[str]) -> dict:
+    """``KEY=VALUE`` pairs as a dict, each value JSON where it parses and text otherwise."""
+    from causalab_core.errors import EngineError
+
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise EngineError(f"--option {pair!r}: expected KEY=VALUE")
+        try:
+            options[key] = json.loads(value)
+        except ValueError:
+            options[key] = value
+    return options
+
+
 def _progress_bar(progress: Progress) -> Callable:
     def start(plan) -> Callable[[str], None]:
         task = progress.add_task("running", total=len(plan.steps()))
@@ -74,8 +90,8 @@ def run(
     batch_size: Annotated[Optional[int], typer.Option(help="Rows per forward pass (default: all rows at once).", min=1)] = None,
     device_map: Annotated[Optional[str], typer.Option(help="Passed to transformers when loading weights, e.g. cpu, cuda, auto.")] = None,
     data_root: DataRoot = None,
-    force: Annotated[bool, typer.Option(help="Replace an existing non-empty output folder.")] = False,
-    allow_skew: Annotated[bool, typer.Option(help="Remote engines: run even where the server's packages differ from this client's (recorded in run.json).")] = False,
+    force: Annotated[bool, typer.Option(help="Replace a previous causalab output folder (never a folder with other files).")] = False,
+    option: Annotated[Optional[list[str]], typer.Option(help="An option of the engine, KEY=VALUE (VALUE as JSON where it parses: true, 3, \"x\"); repeatable. E.g. ndif's allow_skew=true.")] = None,
     verbose: Verbose = False,
 ) -> None:
     """Compile a document, run it on an engine, and write the output folder."""
@@ -88,7 +104,7 @@ def run(
         ) as progress:
             result = api.run(
                 document, out=out, engine=engine, batch_size=batch_size, device_map=device_map,
-                data_root=data_root, force=force, allow_skew=allow_skew, progress=_progress_bar(progress),
+                data_root=data_root, force=force, options=engine_options(option or []), progress=_progress_bar(progress),
             )
     from causalab_core.output import MANIFEST
 
@@ -167,32 +183,44 @@ def schema() -> None:
 
 
 @app.command()
-def env(
-    host: Annotated[Optional[str], typer.Option(help="An NDIF server to compare this environment with, side by side.")] = None,
-    verbose: Verbose = False,
-) -> None:
-    """Print the watched package versions and causalab digests of this environment (JSON), or compare with a server."""
+def env(verbose: Verbose = False) -> None:
+    """Print the Python, watched package versions and causalab digests of this environment (JSON)."""
     from causalab_core.plugins import registry
-    from causalab_core.provenance import causalab_digests, watched_versions
+    from causalab_core.provenance import environment
+
+    with reported(verbose):
+        print(json.dumps(environment(registry()), indent=2))
+
+
+def add_plugin_commands(app: typer.Typer) -> None:
+    """Let each plugin add its commands (the ``causalab_commands`` hook); a taken name is a PluginError."""
+    from causalab_core.errors import PluginError
+    from causalab_core.plugins import registry
+
+    def names() -> list[str]:
+        return [c.name or c.callback.__name__.replace("_", "-") for c in app.registered_commands] + \
+            [g.name for g in app.registered_groups]
 
     reg = registry()
-    client = {"python": sys.version.split()[0], "versions": watched_versions(), "causalab": causalab_digests(reg)}
-    if host is None:
-        print(json.dumps(client, indent=2))
-        return
-    with reported(verbose):
-        server = reg.pm.hook.causalab_remote_environment(host=host)
-        if server is None:
-            from causalab_core.errors import PluginError
-
-            raise PluginError("comparing with a server needs a remote engine plugin (pip install causalab-ndif)")
-    from causalab_core.environment import side_by_side
-
-    Console(highlight=False).print(side_by_side(client, server))
+    for plugin in reg.plugins:
+        hook = getattr(plugin.module, "causalab_commands", None)
+        if hook is None:
+            continue
+        before = names()
+        hook(app=app)
+        added = names()[len(before):]
+        taken = [n for n in added if n in before]
+        if taken:
+            raise PluginError(f"{plugin.distribution} adds the command {taken[0]!r}, which causalab already has")
 
 
 def main() -> None:
     import signal
 
     signal.signal(signal.SIGTERM, _terminate)
+    try:
+        add_plugin_commands(app)
+    except CausalabError as exc:
+        err.print(exc.one_line(), markup=False)
+        raise SystemExit(exc.exit_code) from None
     app()

@@ -39,10 +39,12 @@ class Engine:
     capabilities: ClassVar[frozenset[str]] = frozenset()
     runs_remote: ClassVar[bool] = False
     """True for an engine that always sends the plan elsewhere (``remote`` is then always on)."""
+    Options: ClassVar[type[BaseModel]] = NoParams
+    """The engine's own options (``causalab run --option KEY=VALUE``), validated before any weights load."""
 
-    def __init__(self, *, device_map: str | None = None, allow_skew: bool = False):
+    def __init__(self, *, device_map: str | None = None, options: BaseModel | None = None):
         self.device_map = device_map
-        self.allow_skew = allow_skew
+        self.options = options if options is not None else self.Options()
         self.details: dict[str, Any] = {}
         """Plain data the engine learned while running, handed to the provenance hook."""
 

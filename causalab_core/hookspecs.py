@@ -57,6 +57,17 @@ def causalab_metrics() -> list[type]:
     """
 
 
+# -- the command line -----------------------------------------------------------
+
+
+@hookspec
+def causalab_commands(app: Any) -> None:
+    """Add commands to the ``causalab`` command line (``app`` is its typer app), as llm's ``register_commands``.
+
+    A command name core or another plugin already uses is an error naming both.
+    """
+
+
 # -- models -------------------------------------------------------------------
 
 
@@ -71,16 +82,6 @@ def causalab_model_source(key: str, revision: str | None) -> Any:
 
 
 # -- provenance ---------------------------------------------------------------
-
-
-@hookspec(firstresult=True)
-def causalab_remote_environment(host: str) -> dict[str, Any] | None:
-    """Describe the server at ``host`` for ``causalab env --host``, or None.
-
-    Keys: ``python``; ``packages`` (name -> version); ``served`` (remote model
-    key -> ``{"dtype", "state"}``); ``causalab`` (distribution -> ``{"version",
-    "digest"}`` as the server computes them, or None where it cannot be asked).
-    """
 
 
 @hookspec

@@ -49,6 +49,11 @@ def watched_versions() -> dict[str, str | None]:
     return dict(_versions())
 
 
+def environment(registry: Registry) -> dict[str, Any]:
+    """This process's Python, watched package versions and causalab digests (`causalab env`)."""
+    return {"python": sys.version.split()[0], "versions": watched_versions(), "causalab": causalab_digests(registry)}
+
+
 def causalab_digests(registry: Registry) -> dict[str, Any]:
     """The combined digest, and each distribution's version and source digest."""
     return {

@@ -83,3 +83,17 @@ def test_each_product_module_starts_with_one_line_saying_its_job():
         if not first or not first.endswith((".", ")", "?", "`")):
             missing.append(name)
     assert missing == []
+
+
+def test_causalab_ndif_uses_only_the_public_api_of_causalab_nnterp():
+    import causalab_nnterp
+
+    used = set()
+    for path in sorted((ROOT / "plugins" / "causalab-ndif").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("causalab_nnterp"):
+                used |= {f"{node.module}.{a.name}" for a in node.names}
+            elif isinstance(node, ast.Import):
+                used |= {a.name for a in node.names if a.name.startswith("causalab_nnterp.")}
+    public = {f"causalab_nnterp.{name}" for name in causalab_nnterp.__all__}
+    assert used and used <= public, used - public

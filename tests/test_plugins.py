@@ -151,3 +151,37 @@ def test_a_featurizer_added_through_the_registry_argument_runs_end_to_end(sweep_
         whole = api.run(sweep_doc, out=tmp_path / engine, engine=engine, registry=reg)
         # Keeping every coordinate is the plain swap: the same numbers, through the plugin's featurizer.
         assert [m.content["values"] for m in whole.metrics] == [m.content["values"] for m in plain.metrics]
+
+
+def test_engine_options_are_the_engines_own_and_checked_before_any_work(sweep_doc, tmp_path):
+    from causalab_core import api
+    from causalab_core.errors import EngineError
+
+    with pytest.raises(EngineError, match=r"--option allow_skew: unknown option for engine 'hooks' \(its options: optimize\)"):
+        api.run(sweep_doc, out=tmp_path / "o", options={"allow_skew": True})
+    plain = api.run(sweep_doc, out=tmp_path / "plain", options={"optimize": False})
+    reused = api.run(sweep_doc, out=tmp_path / "reused")
+    assert [m.content for m in plain.metrics] == [m.content for m in reused.metrics]
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_plugin_adds_commands_and_may_not_take_a_name_already_used(monkeypatch):
+    import typer
+
+    from causalab_core import cli
+    from causalab_core.errors import PluginError
+    from causalab_core.plugins import registry
+
+    def app_with_run():
+        app = typer.Typer()
+        app.command("run")(lambda: None)
+        return app
+
+    app = app_with_run()
+    cli.add_plugin_commands(app)  # the installed plugins: causalab-ndif adds its `ndif` group
+    assert [g.name for g in app.registered_groups] == ["ndif"]
+
+    ndif = next(p for p in registry().plugins if p.distribution == "causalab-ndif").module
+    monkeypatch.setattr(ndif, "causalab_commands", lambda app: app.command("run")(lambda: None))
+    with pytest.raises(PluginError, match="causalab-ndif adds the command 'run', which causalab already has"):
+        cli.add_plugin_commands(app_with_run())

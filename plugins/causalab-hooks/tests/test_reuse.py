@@ -10,14 +10,16 @@ from causalab_core import api, hookimpl
 from causalab_core.plugins import build_registry
 from causalab_testing.conformance import ragged_rows
 from causalab_testing.data import sweep_document
-from causalab_hooks.engine import HooksEngine
+from causalab_hooks.engine import HooksEngine, HooksOptions
+
+
+class PlainOptions(HooksOptions):
+    optimize: bool = False
 
 
 class PlainHooks(HooksEngine):
     name = "hooks-plain"
-
-    def __init__(self, **options):
-        super().__init__(**options, optimize=False)
+    Options = PlainOptions
 
 
 class Plugin:
@@ -64,7 +66,7 @@ def count_block_calls(engine, plan):
 def test_the_sweep_does_less_block_work(write_doc, tiny_llama):
     plan = api.plan(write_doc(sweep_document(str(tiny_llama)), ragged_rows(10)))
     fast = count_block_calls(HooksEngine(), plan)
-    plain = count_block_calls(HooksEngine(optimize=False), plan)
+    plain = count_block_calls(HooksEngine(options=HooksOptions(optimize=False)), plan)
     # Plain, per point with the swap at block L: the counterfactual up to block L, then the whole base run.
     assert plain == [16, 14, 12, 10]
     # Reused: one counterfactual forward for all points, one clean base forward, then each point from block L on.

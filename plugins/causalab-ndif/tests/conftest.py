@@ -17,7 +17,7 @@ SERVED = ("weekdays", "entity")
 def deployments() -> list[Deployment]:
     from causalab_core.compiler.shell import resolve_source
     from causalab_core.plugins import registry
-    from causalab_nnterp.model import served_key
+    from causalab_nnterp import served_key
 
     found = []
     for name in SERVED:

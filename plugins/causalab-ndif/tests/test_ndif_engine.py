@@ -194,14 +194,14 @@ def test_same_version_other_sources_is_caught_by_the_servers_own_digest(ndif_ser
     verbose = _run_from(site, ndif_server, SWEEP, "--engine", "ndif", "--out", tmp_path / "o", "--verbose")
     assert "The server's traceback:" in verbose.stderr and "causalab_core.errors.EngineError" in verbose.stderr
 
-    allowed = _run_from(site, ndif_server, SWEEP, "--engine", "ndif", "--out", tmp_path / "o", "--allow-skew")
+    allowed = _run_from(site, ndif_server, SWEEP, "--engine", "ndif", "--out", tmp_path / "o", "--option", "allow_skew=true")
     assert allowed.returncode == 0, allowed.stderr
     record = json.loads((tmp_path / "o" / "run.json").read_text())
     assert list(record["skew"]) == ["causalab-metrics"]
 
 
-def test_env_host_shows_client_and_server_side_by_side(ndif_server):
-    done = ndif_server.run([CAUSALAB, "env", "--host", ndif_server.host], env={"COLUMNS": "160"})
+def test_ndif_env_shows_client_and_server_side_by_side(ndif_server):
+    done = ndif_server.run([CAUSALAB, "ndif", "env", "--host", ndif_server.host], env={"COLUMNS": "160"})
     assert done.returncode == 0, done.stderr
     table = done.stdout
     for name in ("torch", "nnsight", "causalab-core", "causalab-metrics"):

@@ -6,6 +6,7 @@ import contextlib
 from collections import defaultdict
 
 import torch
+from pydantic import BaseModel, ConfigDict
 
 from causalab_core.contracts import Engine, refuse_options
 from causalab_core.ir import Fit, Plan, Run
@@ -19,16 +20,21 @@ class _StopForward(Exception):
     """Raised after the last module a read-only run needs; nothing downstream is computed."""
 
 
+class HooksOptions(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    optimize: bool = True
+    """Share read-only forwards across points and reuse clean prefixes (results are bit-identical)."""
+
+
 class HooksEngine(Engine):
     """Runs in this process on a transformers ``AutoModelForCausalLM``; loaded weights are kept between runs."""
 
     name = "hooks"
     capabilities = frozenset({"heads", "training"})
+    Options = HooksOptions
 
-    def __init__(self, *, optimize: bool = True, **options):
-        super().__init__(**options)
-        self.optimize = optimize
-        """Share read-only forwards across points and reuse clean prefixes (results are bit-identical)."""
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
         self._models: dict[tuple, torch.nn.Module] = {}
 
     def load(self, plan: Plan) -> torch.nn.Module:
@@ -49,7 +55,7 @@ class HooksEngine(Engine):
 
     def execute(self, plan, *, featurizers=None, remote=False, batch_size=None, progress=None):
         refuse_options(self, remote=remote, batch_size=batch_size)
-        return Execution(self.load(plan), plan, featurizers or {}, batch_size, self.optimize).run(progress)
+        return Execution(self.load(plan), plan, featurizers or {}, batch_size, self.options.optimize).run(progress)
 
 
 class Execution:

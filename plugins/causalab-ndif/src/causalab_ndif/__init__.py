@@ -1,4 +1,4 @@
-"""causalab plugin: engine ``ndif`` (the nnterp engine's session on an NDIF server) and its provenance."""
+"""causalab plugin: engine ``ndif`` (the nnterp engine's session on an NDIF server), its provenance, ``causalab ndif``."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ def causalab_engines() -> list[type]:
 
 
 @hookimpl
-def causalab_remote_environment(host: str) -> dict[str, Any]:
-    from causalab_ndif.environment import describe
+def causalab_commands(app: Any) -> None:
+    from causalab_ndif.commands import ndif
 
-    return describe(host)
+    app.add_typer(ndif, name="ndif")
 
 
 @hookimpl

@@ -5,12 +5,20 @@ from __future__ import annotations
 import contextlib
 import sys
 
+from pydantic import BaseModel, ConfigDict
+
 from causalab_core.errors import EngineError
-from causalab_nnterp.engine import NnterpEngine
+from causalab_nnterp import NnterpEngine
 
 from causalab_ndif import preflight
 from causalab_ndif.remote_errors import local_error
 from causalab_ndif.server import resolved_host, served_models, server_env
+
+
+class NdifOptions(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    allow_skew: bool = False
+    """Run even where the server's packages or causalab sources differ from this client's (recorded in run.json)."""
 
 
 class NdifEngine(NnterpEngine):
@@ -19,10 +27,11 @@ class NdifEngine(NnterpEngine):
     name = "ndif"
     capabilities = frozenset({"remote", "heads", "training"})
     runs_remote = True
+    Options = NdifOptions
 
     def model(self, plan):
         """The weightless shell the request is built from; it names the deployment by key and revision."""
-        from causalab_nnterp.model import ServedTransformer
+        from causalab_nnterp import ServedTransformer
 
         return ServedTransformer(plan.model.source, key=plan.model.key, revision=plan.model.revision,
                                  dtype=plan.model.dtype)
@@ -35,14 +44,14 @@ class NdifEngine(NnterpEngine):
         host = remote if isinstance(remote, str) and "://" in remote else resolved_host()
         client = causalab_digests(registry())["distributions"]
         wanted = {**watched_versions(), **{name: d["version"] for name, d in client.items()}}
-        skew = preflight.check(host, wanted, server_env(host).get("packages", {}), self.allow_skew)
+        skew = preflight.check(host, wanted, server_env(host).get("packages", {}), self.options.allow_skew)
         model = self.model(plan)
         shown = f"{plan.model.key}@{plan.model.revision}" if plan.model.revision else plan.model.key
         preflight.refuse_unserved(model.to_model_key(), served_models(host), host, shown)
         try:
             # nnsight prints the job's status lines on stdout; stdout is for what a run wrote.
             with contextlib.redirect_stdout(sys.stderr):
-                results, served = run_remote(model, plan, batch_size, classes, host, client, self.allow_skew)
+                results, served = run_remote(model, plan, batch_size, classes, host, client, self.options.allow_skew)
         except Exception as exc:  # what the server raised, or what stopped the request
             raise local_error(exc, host) from None
         self.details = {
@@ -60,7 +69,7 @@ def run_remote(model, plan, batch_size, classes, host, client, allow_skew):
 
     from causalab_core.plugins import installed_causalab
     from causalab_core.provenance import digest_skew
-    from causalab_nnterp.block import run_plan
+    from causalab_nnterp import run_plan
 
     with model.session(remote=host):
         installed = installed_causalab()

@@ -1,4 +1,4 @@
-"""``causalab env --host URL``: this client and an NDIF server, side by side."""
+"""``causalab ndif env``: this client and an NDIF server, side by side."""
 
 from __future__ import annotations
 
@@ -6,6 +6,9 @@ import contextlib
 import json
 import sys
 from typing import Any
+
+from rich.console import Group
+from rich.table import Table
 
 from causalab_core.errors import CausalabError
 
@@ -33,7 +36,7 @@ def server_causalab(host: str, served: dict[str, dict[str, Any]]) -> dict[str, A
     """
     from causalab_core.compiler.shell import resolve_source
     from causalab_core.plugins import registry
-    from causalab_nnterp.model import ServedTransformer, served_key
+    from causalab_nnterp import ServedTransformer, served_key
 
     for model_key in sorted(served):
         data = json.loads(model_key.split(":", 1)[1])
@@ -55,3 +58,53 @@ def ask_digests(model, host: str) -> dict[str, Any]:
     with contextlib.redirect_stdout(sys.stderr), model.session(remote=host):
         installed = nnsight.save(installed_causalab())
     return installed
+
+
+def installed_version(packages: dict[str, str], distribution: str) -> str | None:
+    """A distribution's version in a server's ``/env`` listing, which keys packages by import name where it knows one."""
+    for name in (distribution, distribution.replace("-", "_")):
+        if name in packages:
+            return packages[name]
+    return None
+
+
+def _cell(version: str | None, digest: str | None = None) -> str:
+    if version is None:
+        return "not installed"
+    return f"{version} {digest[:12]}" if digest else version
+
+
+def side_by_side(client: dict[str, Any], server: dict[str, Any]) -> Group:
+    """Packages (watched and causalab, with digests) and the server's served models."""
+    packages = Table(title=f"this client and {server['host']}")
+    for column in ("package", "client", "server", ""):
+        packages.add_column(column)
+    packages.add_row("python", client["python"], server["python"], "" if client["python"] == server["python"] else "differs")
+    for name, mine in client["versions"].items():
+        theirs = installed_version(server["packages"], name)
+        packages.add_row(name, _cell(mine), _cell(theirs), "" if mine == theirs else "differs")
+    ours = client["causalab"]["distributions"]
+    digests = server.get("causalab") or {}
+    for name in sorted(set(ours) | set(digests)):
+        mine = ours.get(name)
+        theirs = digests.get(name) or ({"version": installed_version(server["packages"], name), "digest": None}
+                                        if installed_version(server["packages"], name) else None)
+        left = _cell(mine["version"], mine["digest"]) if mine else "not installed"
+        right = _cell(theirs["version"], theirs["digest"]) if theirs else "not installed"
+        same = mine is not None and theirs is not None and mine["version"] == theirs["version"] and (
+            theirs["digest"] is None or mine["digest"] == theirs["digest"])
+        packages.add_row(name, left, right, "" if same else "differs")
+    if server.get("causalab") is None:
+        packages.caption = "server digests not checked: no served model's checkpoint is on this client"
+
+    served = Table(title="served models")
+    for column in ("model", "revision", "dtype", "state"):
+        served.add_column(column)
+    for model_key, record in sorted(server["served"].items()):
+        try:
+            data = json.loads(model_key.split(":", 1)[1])
+        except (IndexError, ValueError):
+            data = {"repo_id": model_key}
+        served.add_row(str(data.get("repo_id")), str(data.get("revision")), str(record.get("dtype")),
+                       str(record.get("state")))
+    return Group(packages, served)

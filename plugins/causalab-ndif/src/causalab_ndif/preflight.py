@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from causalab_core.environment import installed_version
+from causalab_ndif.environment import installed_version
 from causalab_core.errors import EngineError, PlanError
 
 
@@ -29,7 +29,7 @@ def describe_skew(skew: dict[str, tuple[Any, Any]], host: str) -> str:
     parts = [f"{name} (client {mine or 'not installed'}, server {theirs or 'not installed'})"
              for name, (mine, theirs) in sorted(skew.items())]
     return (f"the NDIF server at {host} does not have what this client would run there: {'; '.join(parts)}. "
-            "Install the same versions on both sides, or pass --allow-skew to run anyway (recorded in run.json)")
+            "Install the same versions on both sides, or pass --option allow_skew=true to run anyway (recorded in run.json)")
 
 
 def refuse_unserved(model_key: str, served: dict[str, dict[str, Any]], host: str, shown: str) -> None:

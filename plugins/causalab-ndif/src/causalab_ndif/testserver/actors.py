@@ -39,7 +39,9 @@ class CPUModelDeployment(BaseModelDeployment):
 
     def load_from_disk(self):
         # Serves causalab's nnterp wrapper: importing it applies the nnterp shim.
-        import causalab_nnterp.model  # noqa: F401
+        import causalab_nnterp
+
+        causalab_nnterp.ServedTransformer  # noqa: B018  (imports the wrapper, which applies the nnterp shim)
         from nnsight.modeling.huggingface import HuggingFaceModel
 
         model = HuggingFaceModel.from_model_key(self.model_key, dispatch=True, dtype=self.dtype_name, **self.kwargs)
