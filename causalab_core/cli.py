@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 import traceback
 from collections.abc import Callable
 from contextlib import contextmanager

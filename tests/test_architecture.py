@@ -97,3 +97,17 @@ def test_causalab_ndif_uses_only_the_public_api_of_causalab_nnterp():
                 used |= {a.name for a in node.names if a.name.startswith("causalab_nnterp.")}
     public = {f"causalab_nnterp.{name}" for name in causalab_nnterp.__all__}
     assert used and used <= public, used - public
+
+
+def test_contributings_layout_matches_the_tree():
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    layout = text.split("## Layout")[1].split("```")[1]
+    listed = set()
+    for line in layout.splitlines():
+        if line.startswith("  ") and not line.startswith("   "):  # one level under causalab_core/
+            names = line.strip().split("  ")[0]  # "api.py, cli.py" or "ir/"
+            listed |= {n.strip().rstrip("/").removesuffix(".py") for n in names.split(",")}
+    core = ROOT / "causalab_core"
+    present = {p.stem for p in core.glob("*.py") if p.stem not in ("__init__", "__main__")}
+    present |= {p.parent.name for p in core.glob("*/__init__.py")}
+    assert listed == present
