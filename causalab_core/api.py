@@ -38,9 +38,7 @@ def plan(path: str | Path, *, data_root: str | Path | None = None, registry: Reg
 
 def featurizer_classes(plan: Plan, registry: Registry) -> dict[str, type]:
     """Featurizer kind -> class, for every kind the plan's writes use: what an engine is handed."""
-    writes = [w for step in plan.steps() for w in (step.writes if step.kind == "run" else (step.write,))]
-    kinds = {w.featurizer.kind for w in writes if w.featurizer is not None}
-    return {kind: registry.get("featurizer", kind) for kind in sorted(kinds)}
+    return {kind: registry.get("featurizer", kind) for kind in sorted({f.kind for f in plan.featurizers()})}
 
 
 @dataclass(frozen=True)

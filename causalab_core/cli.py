@@ -137,7 +137,9 @@ def plan(
 
     with reported(verbose):
         built = api.plan(document, data_root=data_root)
-    print(json.dumps(built.to_dict(), indent=1) if as_json else render(built))
+    # A loaded featurizer's bytes are shown by size; run.json and the plan keep their sha256.
+    shown = lambda value: f"<{len(value)} bytes>" if isinstance(value, bytes) else str(value)  # noqa: E731
+    print(json.dumps(built.to_dict(), indent=1, default=shown) if as_json else render(built))
 
 
 @app.command()

@@ -49,6 +49,22 @@ def watched_versions() -> dict[str, str | None]:
     return dict(_versions())
 
 
+def components(registry: Registry, plan: Any, engine: str) -> dict[str, dict[str, str]]:
+    """Which distribution (and version) provided each component the run used: whose code made each number."""
+    used = {
+        "engine": [engine],
+        "position": list(plan.resolvers),
+        "featurizer": sorted({f.kind for f in plan.featurizers()}),
+        "metric": sorted({m.kind for point in plan.points for m in point.metrics}),
+    }
+
+    def provider(kind: str, name: str) -> str:
+        info = registry.provider(kind, name)
+        return f"{info.distribution} {info.version}"
+
+    return {kind: {name: provider(kind, name) for name in names} for kind, names in used.items() if names}
+
+
 def environment(registry: Registry) -> dict[str, Any]:
     """This process's Python, watched package versions and causalab digests (`causalab env`)."""
     return {"python": sys.version.split()[0], "versions": watched_versions(), "causalab": causalab_digests(registry)}
@@ -73,6 +89,10 @@ def run_record(
         "versions": watched_versions(),
         "causalab": causalab_digests(registry),
     }
+    record["components"] = components(registry, plan, engine)
+    loaded = {f.name: f.state_digest for f in plan.featurizers() if f.state_digest}
+    if loaded:
+        record["loaded_featurizers"] = loaded
     for extra in registry.pm.hook.causalab_provenance(engine=engine, remote=remote, plan=plan,
                                                       details=details or {}):
         if extra:

@@ -66,13 +66,19 @@ def test_metric_file_holds_values_positions_eligibility_and_summary(sweep_doc, t
 def test_run_json_records_engine_versions_and_digests(sweep_doc, tmp_path):
     api.run(sweep_doc, out=tmp_path / "o", batch_size=8)
     run = json.loads((tmp_path / "o" / "run.json").read_text())
-    assert list(run) == ["engine", "remote", "batch_size", "versions", "causalab"]
+    assert list(run) == ["engine", "remote", "batch_size", "versions", "causalab", "components"]
     assert (run["engine"], run["remote"], run["batch_size"]) == ("hooks", False, 8)
     assert set(run["versions"]) == {"torch", "transformers", "nnsight", "nnterp", "pydantic"}
     assert run["versions"]["torch"].startswith("2.")
     dists = run["causalab"]["distributions"]
     assert {"causalab-core", "causalab-hooks", "causalab-metrics", "causalab-positions"} <= set(dists)
     assert all(len(d["digest"]) == 64 for d in dists.values())
+    # Whose code made each number: the distribution (and version) behind every component the run used.
+    assert run["components"] == {
+        "engine": {"hooks": f"causalab-hooks {dists['causalab-hooks']['version']}"},
+        "position": {"index": f"causalab-positions {dists['causalab-positions']['version']}"},
+        "metric": {k: f"causalab-metrics {dists['causalab-metrics']['version']}" for k in ("iia", "logit_diff", "p_answer")},
+    }
 
 
 def test_an_existing_output_folder_is_kept_unless_forced(sweep_doc, tmp_path):

@@ -14,7 +14,7 @@ from causalab_core.document import LoadedDocument, check_document
 from causalab_core.document.load import row_name
 from causalab_core.document.schema import ReadSpec, WriteSpec
 from causalab_core.errors import PlanError, echo
-from causalab_core.compiler.featurizers import TrainingRows, check_loaded, identity, train_rows
+from causalab_core.compiler.featurizers import TrainingRows, identity, train_rows, with_loaded_state
 from causalab_core.ir import (
     FeaturizerRef, Fit, MetricPlan, Plan, Point, PositionRecord, Read, Run, Scoring, Write,
 )
@@ -58,6 +58,7 @@ class Compiler:
         self.prompts = tokenize_inputs(self.doc.inputs, loaded.rows, shell.tokenizer, self.doc.variables)
         self.resolvers = [cls() for cls in registry.components("position").values()]
         self._positions: dict[tuple[str, str, str], tuple[Resolved, ...]] = {}
+        self.used_resolvers: set[str] = set()
         self._training: dict[str, TrainingRows] = {}
         """Training rows per data spec (canonical JSON)."""
         self.scorings = self._scorings()
@@ -77,6 +78,7 @@ class Compiler:
         key = (dataset, input_name, json.dumps(spec, sort_keys=True))
         if key not in self._positions:
             resolver = next(r for r in self.resolvers if r.accepts(spec))
+            self.used_resolvers.add(resolver.name)
             rows = (prompts or self.prompts)[input_name]
             self._positions[key] = tuple(resolver.resolve(spec, row) for row in rows)
         return self._positions[key]
@@ -182,8 +184,7 @@ class Compiler:
             params["load"] = str(self.loaded.data_folder / params["load"])
         featurizer = FeaturizerRef(name, fspec["kind"], params)
         self._check_featurizer(featurizer, site, f"$.featurizers.{name}", point)
-        check_loaded(featurizer, self.ref, site, position, f"$.featurizers.{name}")
-        return featurizer
+        return with_loaded_state(featurizer, self.ref, site, position, f"$.featurizers.{name}")
 
     def fit(self, point: str, featurizer: FeaturizerRef, train: dict, write: WriteSpec, read: Read,
             read_spec: ReadSpec, site) -> Fit:
@@ -296,6 +297,7 @@ class Compiler:
             points=built,
             requires=requires,
             document=self.doc.model_dump(mode="json"),
+            resolvers=tuple(sorted(self.used_resolvers)),
         )
 
 

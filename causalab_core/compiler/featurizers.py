@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Callable
@@ -55,19 +56,30 @@ def identity(model: Any, site: Any, position: Any, featurizer: Any) -> dict[str,
     return out
 
 
-def check_loaded(featurizer: Any, model: Any, site: Any, position: Any, where: str) -> None:
-    """A featurizer loaded from a file must have been trained for this model, site and position."""
+def _metadata(data: bytes, where: str) -> dict[str, str]:
+    """The ``__metadata__`` of safetensors bytes (header: 8-byte little-endian length, then JSON)."""
+    try:
+        length = int.from_bytes(data[:8], "little")
+        return json.loads(data[8:8 + length]).get("__metadata__") or {}
+    except (ValueError, AttributeError):
+        raise DocumentError(f"{where}: not a safetensors file") from None
+
+
+def with_loaded_state(featurizer: Any, model: Any, site: Any, position: Any, where: str) -> Any:
+    """A featurizer that loads a trained file: its bytes read once, checked against this model, site and
+    position, and carried in the plan (``state``, ``state_digest``) instead of the path."""
     path = featurizer.params.get("load")
     if not path:
-        return
-    from safetensors import safe_open
-
-    if not Path(path).is_file():
-        raise DocumentError(f"{where}.load: featurizer file {path!r} does not exist")
-    with safe_open(path, framework="pt") as f:
-        found = f.metadata() or {}
+        return featurizer
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise DocumentError(f"{where}.load: featurizer file {path!r} cannot be read: {exc.strerror or exc}") from None
+    found = _metadata(data, f"{where}.load: {path}")
     for key, expected in identity(model, site, position, featurizer).items():
         if found.get(key) != expected:
             raise PlanError(
                 f"{where}.load: {path} was trained with {key} = {found.get(key)!r}, this document has {expected!r}"
             )
+    params = {k: v for k, v in featurizer.params.items() if k != "load"}
+    return dataclasses.replace(featurizer, params=params, state=data, state_digest=hashlib.sha256(data).hexdigest())

@@ -79,6 +79,11 @@ class FeaturizerRef:
     name: str
     kind: str
     params: dict[str, Any]
+    state: bytes | None = None
+    """A trained featurizer the document loads: the safetensors file's bytes, read once on the client.
+    They travel with the plan, so an engine (or a server) never opens a client path."""
+    state_digest: str | None = None
+    """sha256 of ``state``, checked where the tensors are used and recorded in run.json."""
 
 
 @dataclass(frozen=True)
@@ -195,9 +200,16 @@ class Plan:
     requires: tuple[str, ...] = ()
     """Engine capabilities this plan needs (e.g. ``heads``)."""
     document: dict[str, Any] = field(default_factory=dict)
+    resolvers: tuple[str, ...] = ()
+    """The position resolvers that resolved this plan's positions (for provenance)."""
 
     def steps(self) -> list[Fit | Run]:
         return [step for point in self.points for step in point.steps]
+
+    def featurizers(self) -> list[FeaturizerRef]:
+        """Every featurizer a write goes through (a Fit step's included), in plan order."""
+        writes = [w for step in self.steps() for w in (step.writes if step.kind == "run" else (step.write,))]
+        return [w.featurizer for w in writes if w.featurizer is not None]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

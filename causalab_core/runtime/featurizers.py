@@ -15,7 +15,21 @@ def featurizer_for(write, classes: Mapping[str, type]):
     if kind not in classes:
         raise EngineError(f"write {write.name!r} needs featurizer kind {kind!r}, which the engine was not given")
     cls = classes[kind]
-    return cls(cls.Params.model_validate(write.featurizer.params), write.site.width)
+    featurizer = cls(cls.Params.model_validate(write.featurizer.params), write.site.width)
+    if write.featurizer.state is not None:
+        featurizer.load_state(loaded_state(write.featurizer))
+    return featurizer
+
+
+def loaded_state(ref) -> dict:
+    """The tensors of a trained featurizer that travelled in the plan, after checking their digest."""
+    import hashlib
+
+    from safetensors.torch import load
+
+    if hashlib.sha256(ref.state).hexdigest() != ref.state_digest:
+        raise EngineError(f"featurizer {ref.name!r}: its trained state does not match the digest the client recorded")
+    return load(ref.state)
 
 
 def featurizers_for(step, fitted: dict, classes: Mapping[str, type]) -> dict:

@@ -166,3 +166,47 @@ def test_an_engine_without_training_refuses_before_loading_weights(tmp_path, wri
     with pytest.raises(EngineError, match="engine 'inference-only' cannot run this document: it needs training"):
         api.run(path, engine="inference-only", registry=build_registry(extra=(Plugin,)))
     assert json.loads(path.read_text())["featurizers"]["das"]["rank"] == 2
+
+
+def test_a_loaded_rotation_travels_in_the_plan_never_as_a_client_path(tmp_path, write_doc, tiny_llama):
+    """The compiler reads the file once; the plan carries its bytes. A decoy at the path, or no file at all
+    by the time the engine runs, changes nothing; run.json records the digest of what was used."""
+    import hashlib
+
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from causalab_hooks.engine import HooksEngine
+
+    _, path = saved_rotation(tmp_path, write_doc, str(tiny_llama))
+    original = path.read_bytes()
+    doc = write_doc(das_document(str(tiny_llama), 3, load=str(path)), weekday_rows(10, seed=5))
+    plan = api.plan(doc)
+    classes = api.featurizer_classes(plan, registry())
+    trained = HooksEngine().execute(plan, featurizers=classes)
+    with safe_open(path, "pt") as f:
+        meta = f.metadata()
+    save_file({"rotation": torch.eye(32)}, path, metadata=meta)  # a decoy with the same identity
+    assert torch.equal(HooksEngine().execute(plan, featurizers=classes)[plan.points[0].steps[-1].path]["answer_logits"],
+                       trained[plan.points[0].steps[-1].path]["answer_logits"])
+    path.unlink()
+    assert HooksEngine().execute(plan, featurizers=classes).keys() == trained.keys()
+
+    path.write_bytes(original)
+    record = api.run(doc, out=tmp_path / "o").run
+    assert record["loaded_featurizers"] == {"das": hashlib.sha256(original).hexdigest()}
+    assert record["components"]["featurizer"] == {"das": f"causalab-featurizers {record['causalab']['distributions']['causalab-featurizers']['version']}"}
+
+
+def test_tampered_state_in_a_plan_is_refused_where_it_is_used(tmp_path, write_doc, tiny_llama):
+    import dataclasses
+
+    from causalab_core.errors import EngineError
+    from causalab_core.runtime import featurizer_for
+
+    _, path = saved_rotation(tmp_path, write_doc, str(tiny_llama))
+    plan = api.plan(write_doc(das_document(str(tiny_llama), 3, load=str(path)), weekday_rows(4)))
+    write = plan.points[0].steps[-1].writes[0]
+    tampered = dataclasses.replace(write, featurizer=dataclasses.replace(write.featurizer, state=write.featurizer.state[:-1] + b" "))
+    with pytest.raises(EngineError, match="does not match the digest"):
+        featurizer_for(tampered, api.featurizer_classes(plan, registry()))
