@@ -130,25 +130,25 @@ def test_an_unreachable_host_is_one_line_naming_it(sweep_doc, tmp_path):
 # -- skew: a client whose causalab differs from the server's --------------------------------------
 
 
-def _client_site(tmp_path: Path, *, metrics_version: str = "0.1.0", edit_metrics: bool = False,
+def _client_site(tmp_path: Path, *, package: str = "causalab_metrics", version: str = "0.1.0", edit: bool = False,
                  extra_plugin: bool = False) -> Path:
-    """A site folder: this environment, but with its own copy of causalab-metrics (and maybe one more plugin)."""
+    """A site folder: this environment, but with its own copy of one causalab package (and maybe one more plugin)."""
+    import importlib
     import sysconfig
-
-    import causalab_metrics
 
     site = tmp_path / "site"
     site.mkdir()
     for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
-        if not entry.name.startswith(("causalab_metrics-", "_editable_impl_causalab_metrics.",
-                                      "__editable__.causalab_metrics-")):
+        if not entry.name.startswith((f"{package}-", f"_editable_impl_{package}.", f"__editable__.{package}-")):
             (site / entry.name).symlink_to(entry)
-    package = site / "causalab_metrics"
-    shutil.copytree(Path(causalab_metrics.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
-    if edit_metrics:
-        with open(package / "__init__.py", "a") as f:
+    copy = site / package
+    shutil.copytree(Path(importlib.import_module(package).__file__).parent, copy,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    if edit:
+        with open(copy / "__init__.py", "a") as f:
             f.write("# a local change the server does not have\n")
-    _dist_info(site, "causalab-metrics", metrics_version, "metrics = causalab_metrics")
+    short = package.removeprefix("causalab_")
+    _dist_info(site, f"causalab-{short}", version, f"{short} = {package}")
     if extra_plugin:
         (site / "causalab_extra.py").write_text('"""A plugin only the client has."""\n')
         _dist_info(site, "causalab-extra", "0.0.1", "extra = causalab_extra")
@@ -168,26 +168,35 @@ def _run_from(site: Path, server, *args: str):
     return server.run([sys.executable, "-S", "-c", code, str(site), "run", *map(str, args)])
 
 
-@pytest.mark.parametrize("change,named", [
-    ({"metrics_version": "0.1.1"}, "causalab-metrics (client 0.1.1, server 0.1.0)"),
-    ({"extra_plugin": True}, "causalab-extra (client 0.0.1, server not installed)"),
-])
-def test_a_server_with_other_causalab_versions_is_refused_before_any_work(ndif_server, tmp_path, change, named):
-    site = _client_site(tmp_path, **change)
-    done = _run_from(site, ndif_server, SWEEP, "--engine", "ndif", "--out", tmp_path / "o")
+@pytest.mark.parametrize("package", ["causalab_nnterp", "causalab_featurizers"])
+def test_a_server_with_other_versions_of_what_the_block_runs_is_refused_before_any_work(ndif_server, tmp_path, package):
+    site = _client_site(tmp_path, package=package, version="0.1.1")
+    document = ROOT / "documents/real/weekdays_das.json"  # its block runs nnterp's code and featurizers' DAS
+    done = _run_from(site, ndif_server, document, "--engine", "ndif", "--out", tmp_path / "o")
     assert done.returncode == 1, done.stderr
     line = done.stderr.strip()
+    named = f"{package.replace('_', '-')} (client 0.1.1, server 0.1.0)"
     assert line.startswith(f"EngineError: the NDIF server at {ndif_server.host} does not have what this client "
                            f"would run there: {named}. "), line
     assert not (tmp_path / "o").exists()
 
 
+def test_a_server_without_client_only_plugins_is_accepted_without_a_flag(ndif_server, tmp_path):
+    """Metrics, positions and engines run on the client: their versions and sources are none of the server's business."""
+    site = _client_site(tmp_path, package="causalab_metrics", version="0.1.1", edit=True, extra_plugin=True)
+    done = _run_from(site, ndif_server, SWEEP, "--engine", "ndif", "--out", tmp_path / "o")
+    assert done.returncode == 0, done.stderr
+    record = json.loads((tmp_path / "o" / "run.json").read_text())
+    assert "skew" not in record and set(record["server_causalab"]) >= {"causalab-core", "causalab-nnterp"}
+    assert record["components"]["metric"]["iia"] == "causalab-metrics 0.1.1"
+
+
 def test_same_version_other_sources_is_caught_by_the_servers_own_digest(ndif_server, tmp_path):
-    site = _client_site(tmp_path, edit_metrics=True)
+    site = _client_site(tmp_path, package="causalab_nnterp", edit=True)
     done = _run_from(site, ndif_server, SWEEP, "--engine", "ndif", "--out", tmp_path / "o")
     assert done.returncode == 1, done.stderr
     line = done.stderr.strip().splitlines()[-1]  # above it: nnsight's job status lines
-    assert line.startswith("EngineError: the server's causalab sources differ from the client's: causalab-metrics "
+    assert line.startswith("EngineError: the server's causalab sources differ from the client's: causalab-nnterp "
                            "(client 0.1.0 "), line
     assert "Traceback" not in done.stderr and not (tmp_path / "o").exists()
 
@@ -197,7 +206,7 @@ def test_same_version_other_sources_is_caught_by_the_servers_own_digest(ndif_ser
     allowed = _run_from(site, ndif_server, SWEEP, "--engine", "ndif", "--out", tmp_path / "o", "--option", "allow_skew=true")
     assert allowed.returncode == 0, allowed.stderr
     record = json.loads((tmp_path / "o" / "run.json").read_text())
-    assert list(record["skew"]) == ["causalab-metrics"]
+    assert list(record["skew"]) == ["causalab-nnterp"]
 
 
 def test_ndif_env_shows_client_and_server_side_by_side(ndif_server):

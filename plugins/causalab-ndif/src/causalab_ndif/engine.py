@@ -42,7 +42,9 @@ class NdifEngine(NnterpEngine):
         from causalab_core.provenance import causalab_digests, watched_versions
 
         host = remote if isinstance(remote, str) and "://" in remote else resolved_host()
-        client = causalab_digests(registry())["distributions"]
+        reg = registry()
+        block = block_distributions(reg, classes)
+        client = {name: d for name, d in causalab_digests(reg)["distributions"].items() if name in block}
         wanted = {**watched_versions(), **{name: d["version"] for name, d in client.items()}}
         skew = preflight.check(host, wanted, server_env(host).get("packages", {}), self.options.allow_skew)
         model = self.model(plan)
@@ -61,6 +63,17 @@ class NdifEngine(NnterpEngine):
             "skew": {name: list(pair) for name, pair in {**skew, **served["skew"]}.items()},
         }
         return results
+
+
+def block_distributions(registry, classes) -> set[str]:
+    """The causalab distributions the block imports on the server, and so the only ones compared with it:
+    core (the plan, the runtime), the distribution of the block's code (causalab-nnterp), and the providers
+    of the featurizers the plan uses. Client-only plugins (metrics, positions, engines) never run there."""
+    import causalab_nnterp
+
+    owners = {p.module.__name__.split(".")[0]: p.distribution for p in registry.plugins}
+    needed = {"causalab-core", owners[causalab_nnterp.__name__]}
+    return needed | {registry.provider("featurizer", kind).distribution for kind in classes}
 
 
 def run_remote(model, plan, batch_size, classes, host, client, allow_skew):

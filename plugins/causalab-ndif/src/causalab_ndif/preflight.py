@@ -1,10 +1,12 @@
 """Before any work is sent: does the server have what this client would run there?
 
 Two checks, both from the server's own answers. ``/env``: the watched packages
-and every causalab distribution this client loaded must be installed there at
-the same versions. ``/status``: the document's model must be deployed (HOT).
-The source digests are compared again inside the block, where the server
-computes its own (see :mod:`causalab_core.provenance`).
+and the causalab distributions the plan's block imports (core, causalab-nnterp,
+the providers of the plan's featurizers: ``engine.block_distributions``) must be
+installed there at the same versions; client-only plugins are not compared.
+``/status``: the document's model must be deployed (HOT). The source digests
+of the same distributions are compared again inside the block, where the
+server computes its own (``causalab_core.plugins.installed_causalab``).
 """
 
 from __future__ import annotations
