@@ -42,7 +42,8 @@ def test_a_sweep_through_the_server_writes_the_local_files_byte_for_byte(ndif_se
 
     mine, theirs = json.loads(here["run.json"]), json.loads(there["run.json"])
     assert {k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k)} == {
-        "engine", "remote", "server", "served_dtype", "server_causalab"}
+        "engine", "remote", "server", "served_dtype", "server_causalab", "components"}
+    assert theirs["components"]["engine"] == {"ndif": f"causalab-ndif {theirs['causalab']['distributions']['causalab-ndif']['version']}"}
     assert (mine["remote"], theirs["remote"]) == (False, True)
     assert theirs["server"] == {"asked": ndif_server.host, "python": sys.version.split()[0],
                                 "versions": watched_versions()}
@@ -217,3 +218,58 @@ def test_ndif_env_shows_client_and_server_side_by_side(ndif_server):
         assert any(line.split("│")[1].strip() == name for line in table.splitlines() if line.count("│") > 3), name
     assert "differs" not in table
     assert "causalab-toy/weekdays" in table and "causalab-toy/entity" in table and "float32" in table
+
+
+DECOY_CLIENT = """
+import json, sys
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from causalab_core import api
+from causalab_core.plugins import registry
+
+document, rotation = Path(sys.argv[1]), Path(sys.argv[2])
+plan = api.plan(document)  # the client reads the trained file here, once
+with safe_open(rotation, "pt") as f:
+    identity = f.metadata()
+save_file({"rotation": torch.eye(64)}, rotation, metadata=identity)  # a decoy at the same path
+results = registry().get("engine", "ndif")().execute(plan, featurizers=api.featurizer_classes(plan, registry()))
+rotation.unlink()  # and no file at all
+again = registry().get("engine", "ndif")().execute(plan, featurizers=api.featurizer_classes(plan, registry()))
+step = plan.points[0].steps[-1].path
+print(json.dumps([results[step]["answer_logits"].tolist(), again[step]["answer_logits"].tolist()]))
+"""
+
+
+def test_a_loaded_featurizer_travels_to_the_server_and_a_decoy_at_its_path_changes_nothing(ndif_server, tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    from causalab_core import api
+    from causalab_core.compiler.featurizers import identity
+    from causalab_core.ir import FeaturizerRef
+
+    document = json.loads((ROOT / "documents/real/weekdays_das.json").read_text())
+    document["data"]["path"] = str(ROOT / "documents/data/weekdays/test.jsonl")
+    document["featurizers"]["das"] = {"kind": "das", "rank": {"sweep": "rank"}, "load": "q.safetensors"}
+    document["sweep"]["rank"] = [8]
+    path = tmp_path / "das.json"
+    path.write_text(json.dumps(document))
+    probe = api.plan(SWEEP)
+    site = next(w.site for p in probe.points for s in p.steps for w in getattr(s, "writes", ())
+                if w.site.layer == 2 and w.site.component == "block_input")
+    torch.manual_seed(3)
+    save_file({"rotation": torch.linalg.qr(torch.randn(64, 64))[0].contiguous()}, tmp_path / "q.safetensors",
+              metadata=identity(probe.model, site, -1, FeaturizerRef("das", "das", {"rank": 8})))
+    plan = api.plan(path)
+    local = registry().get("engine", "nnterp")().execute(plan, featurizers=api.featurizer_classes(plan, registry()))
+    expected = local[plan.points[0].steps[-1].path]["answer_logits"].tolist()
+
+    done = ndif_server.run([sys.executable, "-c", DECOY_CLIENT, str(path), str(tmp_path / "q.safetensors")])
+    assert done.returncode == 0, done.stderr
+    with_decoy, without_file = json.loads(done.stdout.strip().splitlines()[-1])
+    # The server used the client's trained rotation: the numbers of a local run with the real file, bit for bit.
+    assert with_decoy == without_file == expected
