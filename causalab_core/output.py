@@ -21,10 +21,14 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from causalab_core.errors import OutputError
+from causalab_core.errors import OutputError, shorten
 
 MANIFEST = "manifest.json"
 MARK = "causalab output"
+PARTIAL = ".causalab-partial"
+"""Marks a folder causalab is still writing: only such a folder (or a causalab output) is ever cleaned up."""
+NAME_LIMIT = 200
+"""Longest --out name in bytes: the temporary sibling adds a pid and a suffix, and names stop at 255."""
 
 
 def _step(name: str) -> None:
@@ -40,9 +44,12 @@ def _manifest(digests: dict[str, str]) -> bytes:
 
 
 def _read_manifest(folder: Path) -> dict[str, str] | None:
+    path = folder / MANIFEST
     try:
-        listing = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        if not path.is_file() or path.is_symlink():
+            return None
+        listing = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(listing, dict) or listing.get("written_by") != MARK or not isinstance(listing.get("files"), dict):
         return None
@@ -55,14 +62,18 @@ def _leftover(name: str) -> re.Pattern:
     return re.compile(rf"\.{n}\.(?:replaced\.(?P<old>\d+)|(?P<new>\d+)\.[^./]+\.tmp)")
 
 
-_ANY_LEFTOVER = re.compile(r"\..+\.(?:replaced\.\d+|\d+\.[^./]+\.tmp)")
+def _is_causalabs(folder: Path) -> bool:
+    """A folder causalab made: a finished output, one still being written, or an empty one it moved aside."""
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    return (folder / PARTIAL).is_file() or _read_manifest(folder) is not None or not any(folder.iterdir())
 
 
 def first_foreign(folder: Path) -> str | None:
     """The first path in ``folder`` (sorted) that causalab did not write there, or None."""
     listed = _read_manifest(folder)
     if listed is None:
-        entries = sorted(p.name for p in folder.iterdir() if not _ANY_LEFTOVER.fullmatch(p.name))
+        entries = sorted(p.name for p in folder.iterdir())
         return f"{entries[0]} (the folder has no causalab {MANIFEST})" if entries else None
     dirs = {str(p) for rel in listed for p in Path(rel).parents} | {"."}
     for root, subdirs, names in os.walk(folder):
@@ -72,14 +83,12 @@ def first_foreign(folder: Path) -> str | None:
             names.remove(MANIFEST)
         for sub in list(subdirs):
             rel = rel_root / sub
-            if str(rel_root) == "." and _ANY_LEFTOVER.fullmatch(sub):
-                subdirs.remove(sub)
-            elif (Path(root) / sub).is_symlink() or str(rel) not in dirs:
+            if (Path(root) / sub).is_symlink() or str(rel) not in dirs:
                 return f"{rel}/"
         for name in sorted(names):
             rel = str(rel_root / name)
             path = Path(root) / name
-            if path.is_symlink() or rel not in listed:
+            if path.is_symlink() or not path.is_file() or rel not in listed:  # a FIFO is never read
                 return rel
             if _digest(path.read_bytes()) != listed[rel]:
                 return f"{rel} (changed since causalab wrote it)"
@@ -105,7 +114,7 @@ def recover(out: Path) -> None:
         return
     for entry in sorted(parent.iterdir()):
         found = pattern.fullmatch(entry.name)
-        if not found or _pid_running(int(found["old"] or found["new"])):
+        if not found or _pid_running(int(found["old"] or found["new"])) or not _is_causalabs(entry):
             continue
         if found["old"] and not out.exists() and not out.is_symlink():
             entry.rename(out)
@@ -131,10 +140,19 @@ def _protected(out: Path, protected: Iterable[Path]) -> str | None:
 
 def check_out(out: Path, *, force: bool, protected: Iterable[Path] = ()) -> None:
     """Refuse, before any work, an --out that cannot be written or must not be replaced."""
-    where = f"--out {out}"
-    if out.is_symlink():
+    where = f"--out {shorten(str(out))}"
+    try:
+        _check_out(out, where, force, protected)
+    except OSError as exc:  # a name too long, a path the system refuses: one line, never a traceback
+        raise OutputError(f"{where}: {exc.strerror or exc}") from None
+
+
+def _check_out(out: Path, where: str, force: bool, protected: Iterable[Path]) -> None:
+    if out.is_symlink() or Path(os.path.normpath(out.absolute())).is_symlink():
         raise OutputError(f"{where}: is a symbolic link; give the folder itself")
     resolved = out.resolve()
+    if len(resolved.name.encode()) > NAME_LIMIT:
+        raise OutputError(f"{where}: the folder name is longer than {NAME_LIMIT} bytes")
     why = _protected(resolved, protected)
     if why:
         raise OutputError(f"{where}: {why}; causalab never writes there")
@@ -182,17 +200,34 @@ def _inside(folder: Path, rel: str) -> Path:
 def write_folder(out: Path, files: dict[str, bytes], force: bool, protected: Iterable[Path] = ()) -> None:
     """Write beside ``out``, then swap it in: the path holds the old folder or the new one, never neither."""
     check_out(out, force=force, protected=protected)  # again: the folder may have changed while the plan ran
-    out = out.resolve()
+    try:
+        _write_folder(out.resolve(), files)
+    except OSError as exc:  # a disk that fills, a mount point, a second run racing on the same path
+        raise OutputError(f"--out {shorten(str(out))}: cannot write it: {exc.strerror or exc}") from None
+
+
+def _folder_mode(out: Path) -> int:
+    """The mode the new folder gets: the old folder's where there is one, else what the umask allows."""
+    if out.is_dir():
+        return out.stat().st_mode & 0o7777
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o777 & ~umask
+
+
+def _write_folder(out: Path, files: dict[str, bytes]) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.{os.getpid()}.", suffix=".tmp", dir=out.parent))
     old = out.with_name(f".{out.name}.replaced.{os.getpid()}")
     try:
+        (tmp / PARTIAL).touch()
         for rel, data in files.items():
             path = _inside(tmp, rel)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
         (tmp / MANIFEST).write_bytes(_manifest({rel: _digest(data) for rel, data in files.items()}))
-        os.chmod(tmp, 0o755)
+        (tmp / PARTIAL).unlink()  # from here on the manifest says whose folder this is
+        os.chmod(tmp, _folder_mode(out))
         _step("written")
         with signals_deferred():
             moved = out.exists()

@@ -41,9 +41,10 @@ def sweep_table(folder: Path, metric: str, document: dict[str, Any]) -> tuple[li
     for path in sorted(folder.glob(f"*/{metric}.json")):
         content = _read(path)
         try:
-            means[tuple(axis_label(content["point"][a]) for a in axes)] = content["summary"].get("mean")
-        except (KeyError, TypeError, AttributeError):
-            raise OutputError(f"{path}: not a metric file causalab wrote (no point or summary)") from None
+            mean = content["summary"].get("mean")
+            means[tuple(axis_label(content["point"][a]) for a in axes)] = None if mean is None else float(mean)
+        except (KeyError, TypeError, AttributeError, ValueError):
+            raise OutputError(f"{path}: not a metric file causalab wrote (no point, or no numeric summary)") from None
     if not means:
         raise OutputError(f"{folder}: no {metric}.json in any sweep point")
     return axes, means

@@ -92,6 +92,10 @@ CASES = [
     ("prompt is a number", _set(["data"], {"rows": [{"base": 5, "counterfactual": "x"}]}), 1,
      ["PlanError", "doc.json", "row $.data.rows[0], column 'base'", "a prompt is a string or a list of chat messages"]),
     ("huge wrong-typed name", _set(["name"], ["x" * 10_000_000]), 2, ["$.name", "(10,000,004 characters)"]),
+    ("a metric named like causalab's own file", lambda d: d["metrics"].__setitem__("run", d["metrics"].pop("iia")), 2,
+     ["$.metrics.run", "causalab writes run.json itself"]),
+    ("a very long metric name", lambda d: d["metrics"].__setitem__("m" * 300, d["metrics"].pop("iia")), 2,
+     ["$.metrics", "at most 64 characters"]),
 ]
 
 
@@ -237,3 +241,34 @@ def test_the_python_api_works_any_number_of_times(base_doc, write_doc):
     first, second = causalab_core.plan(path), causalab_core.plan(path)
     assert first.to_dict() == second.to_dict()
     assert causalab_core.validate(path).rows == causalab_core.validate(path).rows
+
+
+def test_jsonl_rows_may_hold_unicode_line_separators(base_doc, write_doc, tmp_path):
+    rows = weekday_rows(3)
+    rows[1]["note"] = "a\u2028b\u2029c\x85d"
+    path = write_doc(base_doc, rows)
+    data = tmp_path / "rows.jsonl"
+    data.write_text(data.read_text().replace("\\u2028", "\u2028").replace("\\u2029", "\u2029").replace("\\u0085", "\x85"),
+                    encoding="utf-8")
+    assert "\u2028" in data.read_text(encoding="utf-8")
+    result = run_cli("validate", path)
+    assert result.exit_code == 0, result.stderr
+
+
+def test_a_huge_integer_literal_is_one_line(base_doc, tmp_path):
+    path = tmp_path / "doc.json"
+    path.write_text(json.dumps(base_doc).replace('"layers": [0, 1, 2, 3]', '"layers": [' + "9" * 5000 + "]"))
+    result = run_cli("validate", path)
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1 and len(result.stderr) < 600
+
+
+def test_plot_of_a_metric_file_with_a_bad_summary_is_one_line(sweep_doc, tmp_path):
+    from causalab_core import api
+
+    api.run(sweep_doc, out=tmp_path / "o")
+    bad = tmp_path / "o" / "layers=0,pos=-4" / "iia.json"
+    content = json.loads(bad.read_text())
+    content["summary"] = {"mean": "x"}
+    bad.write_text(json.dumps(content))
+    result = run_cli("plot", tmp_path / "o", "--metric", "iia")
+    assert result.exit_code == 2 and "not a metric file causalab wrote" in result.stderr

@@ -214,16 +214,66 @@ def test_a_run_killed_between_the_two_renames_is_recovered_by_the_next_run(tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o"]
 
 
-def test_leftovers_of_a_dead_run_are_removed_and_never_count_as_user_files(doc, tmp_path):
+def test_leftovers_of_a_dead_run_are_removed_and_look_alike_user_folders_are_not(doc, tmp_path):
     out = tmp_path / "o"
     assert cli("run", doc, "--out", out).returncode == 0
-    dead = subprocess.run(["true"]).returncode or 999_999  # no such process
-    (tmp_path / f".o.{dead}.abcd.tmp").mkdir()
-    (tmp_path / f".o.{dead}.abcd.tmp" / "half.json").write_text("{")
-    (tmp_path / f".o.replaced.{dead}").mkdir()
+    dead = 999_999  # no such process
+    unfinished = tmp_path / f".o.{dead}.abcd.tmp"  # what a killed run leaves: marked as causalab's, half written
+    unfinished.mkdir()
+    (unfinished / output.PARTIAL).touch()
+    (unfinished / "half.json").write_text("{")
+    (tmp_path / f".o.replaced.{dead}").mkdir()  # an empty folder it had moved aside
+    mine = tmp_path / f".o.{dead}.final.tmp"  # a user's folder that happens to look like one
+    mine.mkdir()
+    (mine / "thesis.txt").write_text("years of work")
     result = cli("run", doc, "--out", out, "--force")
     assert result.returncode == 0, result.stderr
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".o")) == []
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".o")) == [mine.name]
+    assert (mine / "thesis.txt").read_text() == "years of work"
+
+
+def test_force_never_deletes_a_user_file_named_like_a_leftover(doc, tmp_path):
+    out = tmp_path / "o"
+    assert cli("run", doc, "--out", out).returncode == 0
+    (out / ".notes.2024.v1.tmp").mkdir()
+    (out / ".notes.2024.v1.tmp" / "thesis.txt").write_text("x")
+    result = cli("run", doc, "--out", out, "--force")
+    assert result.returncode == 2 and ".notes.2024.v1.tmp/" in result.stderr
+    assert (out / ".notes.2024.v1.tmp" / "thesis.txt").read_text() == "x"
+
+
+def test_a_replaced_folder_keeps_its_mode_and_a_new_one_follows_the_umask(doc, tmp_path):
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    assert cli("run", doc, "--out", private).returncode == 0
+    assert private.stat().st_mode & 0o777 == 0o700
+    old = os.umask(0o027)
+    try:
+        output.write_folder(tmp_path / "fresh", {"run.json": b"{}\n"}, force=False)
+    finally:
+        os.umask(old)
+    assert (tmp_path / "fresh").stat().st_mode & 0o777 == 0o750
+
+
+def test_odd_output_paths_are_one_line(doc, tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    for out, needle in ((tmp_path / "link" / "missing" / "..", "symbolic link"),
+                        (tmp_path / ("a" * 240), "longer than 200 bytes"),
+                        (tmp_path / ("b" * 300) / "o", "too long")):
+        result = cli("run", doc, "--out", out)
+        assert result.returncode == 2 and needle in result.stderr and result.stderr.count("\n") == 1, result.stderr
+        assert len(result.stderr) < 600
+
+
+def test_a_fifo_in_a_previous_output_is_named_not_read(doc, tmp_path):
+    out = tmp_path / "o"
+    assert cli("run", doc, "--out", out).returncode == 0
+    (out / "run.json").unlink()
+    os.mkfifo(out / "run.json")
+    result = subprocess.run([sys.executable, "-m", "causalab_core", "run", str(doc), "--out", str(out), "--force"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "run.json" in result.stderr
 
 
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])

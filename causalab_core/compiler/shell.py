@@ -26,6 +26,10 @@ def resolve_source(key: str, revision: str | None, registry: Registry, folder: P
     if found:
         return Path(found)
     local = (folder or Path.cwd()) / Path(key).expanduser()
+    try:
+        local.exists()
+    except OSError as exc:  # a key too long to be a path
+        raise PlanError(f"$.model.key: {shorten(key)} is not a usable model key: {exc.strerror or exc}") from None
     if local.is_dir():
         if not (local / "config.json").is_file():
             raise PlanError(f"$.model.key: {str(local)!r} is a folder but not a model checkpoint (no config.json)")

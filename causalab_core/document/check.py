@@ -29,6 +29,10 @@ def _sweep_refs(document: Document) -> list[tuple[str, str]]:
     return refs
 
 
+RESERVED_FILES = ("document", "run", "manifest")
+"""What causalab writes as ``<name>.json`` beside the metric files, which are ``<metric>.json``."""
+
+
 def check_references(document: Document) -> None:
     inputs = set(document.inputs)
     if len(inputs) != len(document.inputs):
@@ -58,6 +62,8 @@ def check_references(document: Document) -> None:
             if (spec.site == "head") != (spec.head is not None):
                 raise DocumentError(f"$.{group}.{name}.head: `head` is required with site 'head' and only allowed there")
     for name, metric in document.metrics.items():
+        if name in RESERVED_FILES:
+            raise DocumentError(f"$.metrics.{name}: the name is taken: causalab writes {name}.json itself")
         if metric.input is not None and metric.input not in inputs:
             raise DocumentError(f"$.metrics.{name}.input: {metric.input!r} is not one of the inputs {document.inputs}")
     if document.metrics and not document.writes and any(m.input is None for m in document.metrics.values()):

@@ -115,6 +115,8 @@ def _loads(text: str, where: str, *, lines: bool = True) -> Any:
         raise DocumentError(f"{where}: invalid JSON{at}: {exc.msg}") from None
     except RecursionError:
         raise DocumentError(f"{where}: JSON nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise DocumentError(f"{where}: invalid JSON: {shorten(str(exc))}") from None
 
 
 def read_text(path: Path, where: str) -> str:
@@ -166,7 +168,9 @@ def load_rows(data: DataSpec, folder: Path, source: str = "", where: str = "$.da
     path = rel if rel.is_absolute() else folder / rel
     text = read_text(path, f"{at}{where}.path: data file {str(path)!r}")
     rows, names = [], []
-    for number, line in enumerate(text.splitlines(), start=1):
+    # JSON Lines ends lines with \n only: a U+2028 inside a string is part of the row, not a line break.
+    for number, line in enumerate(text.split("\n"), start=1):
+        line = line.removesuffix("\r")
         if not line.strip():
             continue
         row = _loads(line, f"{path}:{number}", lines=False)

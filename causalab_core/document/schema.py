@@ -21,7 +21,8 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_\-]*$"
-Name = Annotated[str, Field(pattern=NAME_PATTERN)]
+Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=64)]
+"""A name an author chooses; metric and featurizer names become file names, so they stay short."""
 
 SITES = ("block_input", "block_output", "attn_output", "mlp_output", "head")
 """Where in a layer a read or write lands. ``head`` needs ``head`` set (one attention head's output, before the output projection)."""

@@ -9,6 +9,7 @@ import torch
 from pydantic import BaseModel, ConfigDict
 
 from causalab_core.contracts import Engine, refuse_options
+from causalab_core.errors import EngineError, shorten
 from causalab_core.ir import Fit, Plan, Run
 from causalab_core.runtime import Batch, answer_scores, as_heads, batches, featurizers_for, fit_featurizer, gather, minibatch, scatter
 from causalab_hooks.reuse import first_written_layer, is_shared, shared_reads, skipped_blocks
@@ -45,10 +46,14 @@ class HooksEngine(Engine):
 
         key = (plan.model.source, plan.model.dtype, self.device_map)
         if key not in self._models:
-            model = AutoModelForCausalLM.from_pretrained(
-                plan.model.source, dtype=DTYPES[plan.model.dtype], device_map=self.device_map,
-                local_files_only=True,
-            )
+            try:
+                model = AutoModelForCausalLM.from_pretrained(
+                    plan.model.source, dtype=DTYPES[plan.model.dtype], device_map=self.device_map,
+                    local_files_only=True,
+                )
+            except (ValueError, RuntimeError) as exc:  # e.g. a --device-map transformers does not know
+                raise EngineError(f"cannot load {plan.model.key} (--device-map {self.device_map}): "
+                                  f"{shorten(' '.join(str(exc).split()))}") from None
             # Frozen weights, as the nnterp engine and an NDIF server hold them (see causalab_nnterp.engine).
             self._models[key] = model.eval().requires_grad_(False)
         return self._models[key]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from causalab_core.contracts import Engine, refuse_options
+from causalab_core.errors import EngineError, shorten
 
 DTYPES = ("float32", "float16", "bfloat16")
 
@@ -21,9 +22,13 @@ def load_model(plan, device_map=None):
     options = {"dtype": getattr(torch, plan.model.dtype)}
     if device_map is not None:
         options["device_map"] = device_map
-    model = nnterp.StandardizedTransformer(
-        source, tokenizer=AutoTokenizer.from_pretrained(source, local_files_only=True), dispatch=True, **options
-    )
+    try:
+        model = nnterp.StandardizedTransformer(
+            source, tokenizer=AutoTokenizer.from_pretrained(source, local_files_only=True), dispatch=True, **options
+        )
+    except (ValueError, RuntimeError) as exc:  # e.g. a --device-map transformers does not know
+        raise EngineError(f"cannot load {plan.model.key} (--device-map {device_map}): "
+                          f"{shorten(' '.join(str(exc).split()))}") from None
     # Frozen weights, as an NDIF server holds them: with trainable weights some
     # ops inside a trace round differently in the last bit, and a local run
     # must match a remote one byte for byte.
