@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,7 @@ def validate(path: str | Path, *, data_root: str | Path | None = None, registry:
     Everything `plan` refuses, `validate` refuses: it compiles (tokenizer, config, no weights).
     """
     reg = registry or default_registry()
-    loaded = load_document(path, data_root)
+    loaded = load_document(path, data_root, reg)
     compile_document(loaded, reg)
     return loaded
 
@@ -33,7 +34,7 @@ def validate(path: str | Path, *, data_root: str | Path | None = None, registry:
 def plan(path: str | Path, *, data_root: str | Path | None = None, registry: Registry | None = None) -> Plan:
     """Compile a document into a plan without loading weights."""
     reg = registry or default_registry()
-    return compile_document(load_document(path, data_root), reg)
+    return compile_document(load_document(path, data_root, reg), reg)
 
 
 def featurizer_classes(plan: Plan, registry: Registry) -> dict[str, type]:
@@ -96,7 +97,7 @@ def run(
     """
     reg = registry or default_registry()
     out_path = Path(out) if out is not None else None
-    loaded = load_document(path, data_root)
+    loaded = load_document(path, data_root, reg)
     if out_path is not None:
         check_out(out_path, force=force, protected=loaded.read_paths())
     engine_cls = reg.get("engine", engine, "--engine")
@@ -111,6 +112,8 @@ def run(
     record = run_record(reg, engine=engine, remote=remote, batch_size=batch_size, plan=built,
                         details=runner.details)
     files = output_files(built, metrics, record, outputs)
+    if loaded.generated:  # the rows a causal model generated, as the run used them
+        files["data.jsonl"] = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in loaded.rows).encode()
     if out_path is not None:
         write_folder(out_path, files, force, loaded.read_paths())
     return RunResult(built, metrics, record, files, out_path)

@@ -153,7 +153,7 @@ def plugins(verbose: Verbose = False) -> None:
             {"name": p.name, "distribution": p.distribution, "version": p.version,
              "hooks": list(p.hooks), "digest": p.digest,
              "provides": {kind: [n for n in reg.names(kind) if reg.provider(kind, n) is p]
-                          for kind in ("engine", "position", "featurizer", "metric")
+                          for kind in ("engine", "position", "featurizer", "metric", "causal_model")
                           if any(reg.provider(kind, n) is p for n in reg.names(kind))}}
             for p in reg.plugins
         ]

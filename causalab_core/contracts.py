@@ -76,6 +76,48 @@ def refuse_options(engine: Engine, *, remote: bool | str, batch_size: int | None
                           "(`causalab plugins` lists each engine's)")
 
 
+# -- causal models ------------------------------------------------------------
+
+
+class CausalModel:
+    """A high-level causal model of a task: its variables, how each follows from its parents, and the
+    prompt and answer a setting of them produces.
+
+    ``inputs`` are sampled (``sample``); every variable of ``mechanisms`` is
+    computed from its parents (``compute``), in the order listed. ``split``
+    assigns a setting of the inputs to ``train`` or ``test``, so the splits are
+    disjoint by construction. :mod:`causalab_core.causal` generates the rows.
+    """
+
+    name: ClassVar[str]
+    Params: ClassVar[type[BaseModel]] = NoParams
+    inputs: ClassVar[tuple[str, ...]]
+    mechanisms: ClassVar[dict[str, tuple[str, ...]]] = {}
+    """Derived variable -> its parents, in causal order."""
+
+    def __init__(self, params: BaseModel | None = None):
+        self.params = params if params is not None else self.Params()
+
+    def sample(self, rng: Any, variable: str) -> Any:
+        """A value of input ``variable`` drawn with ``rng`` (a ``random.Random``)."""
+        raise NotImplementedError
+
+    def compute(self, variable: str, parents: Mapping[str, Any]) -> Any:
+        """The value of derived ``variable`` given its parents' values."""
+        raise NotImplementedError
+
+    def prompt(self, values: Mapping[str, Any]) -> str:
+        raise NotImplementedError
+
+    def answer(self, values: Mapping[str, Any]) -> str:
+        """The answer text the task's model should produce (one token, usually with a leading space)."""
+        raise NotImplementedError
+
+    def split(self, inputs: Mapping[str, Any]) -> str:
+        """``"train"`` or ``"test"``, from the input variables alone."""
+        raise NotImplementedError
+
+
 # -- positions ----------------------------------------------------------------
 
 

@@ -57,6 +57,16 @@ def causalab_metrics() -> list[type]:
     """
 
 
+@hookspec
+def causalab_causal_models() -> list[type]:
+    """Return causal model classes (see :class:`causalab_core.contracts.CausalModel`).
+
+    A causal model states a hypothesis about a task's high-level variables and
+    generates the interchange data that tests it: a document's ``data`` (or a
+    featurizer's training data) can be ``{"causal_model": {"kind": ...}}``.
+    """
+
+
 # -- the command line -----------------------------------------------------------
 
 

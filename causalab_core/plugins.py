@@ -26,6 +26,7 @@ KIND_HOOKS = {
     "position": "causalab_position_resolvers",
     "featurizer": "causalab_featurizers",
     "metric": "causalab_metrics",
+    "causal_model": "causalab_causal_models",
 }
 
 

@@ -65,6 +65,14 @@ def components(registry: Registry, plan: Any, engine: str) -> dict[str, dict[str
     return {kind: {name: provider(kind, name) for name in names} for kind, names in used.items() if names}
 
 
+def arithmetic() -> dict[str, Any]:
+    """What decides the last bits of this process's float arithmetic (and so of anything trained)."""
+    import torch
+
+    return {"torch_threads": torch.get_num_threads(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "deterministic_algorithms": torch.are_deterministic_algorithms_enabled()}
+
+
 def environment(registry: Registry) -> dict[str, Any]:
     """This process's Python, watched package versions and causalab digests (`causalab env`)."""
     return {"python": sys.version.split()[0], "versions": watched_versions(), "causalab": causalab_digests(registry)}
@@ -90,6 +98,9 @@ def run_record(
         "causalab": causalab_digests(registry),
     }
     record["components"] = components(registry, plan, engine)
+    record["arithmetic"] = arithmetic()
+    if plan.data:
+        record["data"] = plan.data
     loaded = {f.name: f.state_digest for f in plan.featurizers() if f.state_digest}
     if loaded:
         record["loaded_featurizers"] = loaded

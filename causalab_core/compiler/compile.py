@@ -221,7 +221,8 @@ class Compiler:
         key = json.dumps(data, sort_keys=True)
         if key not in self._training:
             tokenize = lambda rows: tokenize_inputs(self.doc.inputs, rows, self.shell.tokenizer, self.doc.variables)  # noqa: E731
-            self._training[key] = train_rows(data, self.loaded.data_folder, self.loaded.source, where, tokenize)
+            self._training[key] = train_rows(data, self.loaded.data_folder, self.loaded.source, where, tokenize,
+                                             self.registry)
         return self._training[key]
 
     def _check_featurizer(self, featurizer: FeaturizerRef, site, where: str, point: str) -> None:
@@ -298,6 +299,7 @@ class Compiler:
             requires=requires,
             document=self.doc.model_dump(mode="json"),
             resolvers=tuple(sorted(self.used_resolvers)),
+            data=self.loaded.generated or {},
         )
 
 

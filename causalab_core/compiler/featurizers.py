@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from causalab_core.causal import rows_digest
 from causalab_core.contracts import RowText
 from causalab_core.document.load import Rows, load_rows
 from causalab_core.document.schema import DataSpec
@@ -18,7 +19,7 @@ from causalab_core.errors import DocumentError, PlanError
 
 def data_digest(rows: tuple[dict, ...]) -> str:
     """sha256 of the rows as canonical JSON: names the training data in a featurizer's identity."""
-    return hashlib.sha256("\n".join(json.dumps(r, sort_keys=True) for r in rows).encode()).hexdigest()
+    return rows_digest(rows)
 
 
 @dataclass(frozen=True)
@@ -32,9 +33,9 @@ class TrainingRows:
 
 
 def train_rows(data: dict, folder: Path, source: str, where: str,
-               tokenize: Callable[[Rows], dict[str, list[RowText]]]) -> TrainingRows:
-    """Load the training rows a ``train.data`` spec names and tokenize their inputs."""
-    rows = load_rows(DataSpec.model_validate(data), folder, source, f"{where}.data")
+               tokenize: Callable[[Rows], dict[str, list[RowText]]], registry: Any) -> TrainingRows:
+    """Load (or generate) the training rows a ``train.data`` spec names and tokenize their inputs."""
+    rows = load_rows(DataSpec.model_validate(data), folder, source, f"{where}.data", registry)
     return TrainingRows(rows, tokenize(rows), f"train:{data_digest(rows)}")
 
 

@@ -26,6 +26,8 @@ def _sweep_refs(document: Document) -> list[tuple[str, str]]:
         for key, value in spec.model_dump().items():
             if is_sweep_ref(value):
                 refs.append((f"$.featurizers.{name}.{key}", value["sweep"]))
+        if spec.train is not None and isinstance(spec.train.seed, SweepRef):
+            refs.append((f"$.featurizers.{name}.train.seed", spec.train.seed.sweep))
     return refs
 
 
@@ -79,7 +81,7 @@ def check_references(document: Document) -> None:
             raise DocumentError(f"{where}: no sweep axis named {axis!r} under $.sweep")
         used.add(axis)
         field = where.rsplit(".", 1)[1]
-        if where.startswith(("$.reads.", "$.writes.")) and field in SWEEPABLE:
+        if (where.startswith(("$.reads.", "$.writes.")) or where.endswith(".train.seed")) and field in SWEEPABLE:
             kind, accepts = SWEEPABLE[field]
             for i, value in enumerate(document.sweep[axis]):
                 if not accepts(value) or is_sweep_ref(value):

@@ -22,6 +22,8 @@ class LoadedDocument:
     rows: tuple[dict[str, Any], ...]
     data_folder: Path
     """Where relative data paths resolve: --data-root, or the document's folder."""
+    generated: dict[str, Any] | None = None
+    """For rows a causal model generated: the model, its provider, the spec, and the rows' sha256."""
 
     def read_paths(self) -> list[Path]:
         """Every file or folder this run reads: the document, its data, training data, featurizer files, the model."""
@@ -157,9 +159,12 @@ def row_name(rows: Any, i: int) -> str:
     return f"row {names[i]}" if names else f"row $.data.rows[{i}]"
 
 
-def load_rows(data: DataSpec, folder: Path, source: str = "", where: str = "$.data") -> Rows:
-    """Rows inline, or read from a JSONL file relative to ``folder``."""
+def load_rows(data: DataSpec, folder: Path, source: str = "", where: str = "$.data", registry: Any = None) -> Rows:
+    """Rows inline, read from a JSONL file relative to ``folder``, or generated from a causal model."""
     at = f"{source}: " if source else ""
+    if data.causal_model is not None:
+        rows, _ = generated_rows(data.causal_model, f"{at}{where}.causal_model", registry)
+        return Rows(rows, (f"{where}.causal_model#{i}" for i in range(len(rows))))
     if data.rows is not None:
         if not data.rows:
             raise DocumentError(f"{at}{where}.rows: no rows (a document needs at least one)")
@@ -186,9 +191,37 @@ def load_rows(data: DataSpec, folder: Path, source: str = "", where: str = "$.da
     return Rows(rows, names)
 
 
-def load_document(path: str | Path, data_root: str | Path | None = None) -> LoadedDocument:
-    """Read, parse and validate a document file and load its rows."""
+def generated_rows(spec: Any, where: str, registry: Any = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A causal model's rows, and what names them: the model, its provider, and the rows' sha256."""
+    from causalab_core.causal import generate, rows_digest
+    from causalab_core.errors import PluginError
+    from causalab_core.plugins import registry as default_registry
+
+    registry = registry or default_registry()
+    try:
+        cls = registry.get("causal_model", spec.kind, f"{where}.kind")
+    except PluginError as exc:
+        raise DocumentError(str(exc)) from None
+    try:
+        params = cls.Params.model_validate(spec.model_extra or {})
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        raise DocumentError(f"{where}.{'.'.join(map(str, error['loc']))}: {error['msg']}") from None
+    rows = generate(cls(params), spec, where)
+    provider = registry.provider("causal_model", spec.kind)
+    return rows, {"causal_model": spec.kind, "provider": f"{provider.distribution} {provider.version}",
+                  "spec": spec.model_dump(), "rows": len(rows), "sha256": rows_digest(rows)}
+
+
+def load_document(path: str | Path, data_root: str | Path | None = None, registry: Any = None) -> LoadedDocument:
+    """Read, parse and validate a document file and load (or generate) its rows."""
     path = Path(path)
     document = parse_document(read_json(path), str(path))
     folder = Path(data_root) if data_root else path.parent
-    return LoadedDocument(document, str(path), load_rows(document.data, folder, str(path)), folder)
+    generated = None
+    if document.data.causal_model is not None:
+        rows, generated = generated_rows(document.data.causal_model, f"{path}: $.data.causal_model", registry)
+        loaded = Rows(rows, (f"$.data.causal_model#{i}" for i in range(len(rows))))
+    else:
+        loaded = load_rows(document.data, folder, str(path))
+    return LoadedDocument(document, str(path), loaded, folder, generated)

@@ -76,12 +76,14 @@ SWEEPABLE = {
     "head": ("a head number (0 or more)", _is_index),
     "position": ("a position (an integer, negative counts from the end, or an object a position plugin accepts)",
                  _is_position),
+    "seed": ("a seed (an integer)", lambda v: isinstance(v, int) and not isinstance(v, bool)),
 }
 """What a swept value of each field must be: checked like a literal one (document.check)."""
 
 Layer = _sweepable(*SWEEPABLE["layer"], {"type": "integer", "minimum": 0})
 Head = _sweepable(*SWEEPABLE["head"], {"type": "integer", "minimum": 0})
 Position = _sweepable(*SWEEPABLE["position"], {"anyOf": [{"type": "integer"}, {"type": "object"}]})
+Seed = _sweepable(*SWEEPABLE["seed"], {"type": "integer"})
 
 
 class ModelSpec(Frozen):
@@ -92,16 +94,31 @@ class ModelSpec(Frozen):
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
 
 
+class CausalModelSpec(BaseModel):
+    """Rows generated from a causal model plugin; its other keys are that model's parameters."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+    kind: Name
+    intervene: list[Name] = Field(min_length=1, description="Input variables the counterfactual changes (each differs from the base's).")
+    rows: int = Field(ge=1, le=100_000)
+    split: Literal["train", "test"]
+    seed: int = 0
+    distinct_labels: list[Name] = Field([], description="Keep only rows where these variables' labels and the base "
+                                        "answer all differ: rows on which the hypotheses predict different answers.")
+
+
 class DataSpec(Frozen):
-    """Rows inline, or a JSONL file (one JSON object per line)."""
+    """Rows inline, a JSONL file (one JSON object per line), or generated from a causal model."""
 
     rows: list[dict[str, Any]] | None = Field(None, description="Inline rows: each maps column names to values.")
     path: str | None = Field(None, description="A JSONL file, relative to --data-root or else to the document's folder.")
+    causal_model: CausalModelSpec | None = Field(None, description="Generate the rows: base, counterfactual, answers, "
+                                                 "each variable's value and label_<variable> for each intervention.")
 
     @model_validator(mode="after")
     def _exactly_one(self) -> DataSpec:
-        if (self.rows is None) == (self.path is None):
-            raise PydanticCustomError("data", "give exactly one of `rows` or `path`")
+        if sum(x is not None for x in (self.rows, self.path, self.causal_model)) != 1:
+            raise PydanticCustomError("data", "give exactly one of `rows`, `path` or `causal_model`")
         return self
 
 
@@ -135,7 +152,7 @@ class TrainSpec(Frozen):
     epochs: int = Field(3, ge=1)
     batch_size: int = Field(32, ge=1)
     lr: float = Field(1e-2, gt=0)
-    seed: int = 0
+    seed: Seed = Field(0, description="Seeds the initial parameters and the order of the rows; sweep it to see training's spread.")
 
 
 class FeaturizerSpec(BaseModel):

@@ -202,6 +202,8 @@ class Plan:
     document: dict[str, Any] = field(default_factory=dict)
     resolvers: tuple[str, ...] = ()
     """The position resolvers that resolved this plan's positions (for provenance)."""
+    data: dict[str, Any] = field(default_factory=dict)
+    """Rows a causal model generated: the model, its provider, the spec, the rows' sha256 (run.json's ``data``)."""
 
     def steps(self) -> list[Fit | Run]:
         return [step for point in self.points for step in point.steps]

@@ -37,12 +37,13 @@ def test_a_sweep_through_the_server_writes_the_local_files_byte_for_byte(ndif_se
     # stdout lists what was written (nnsight's job status goes to stderr), the same list as a local run
     assert remote.stdout.replace(str(tmp_path / "r"), "OUT") == local.stdout.replace(str(tmp_path / "l"), "OUT")
     here, there = tree(tmp_path / "l"), tree(tmp_path / "r")
-    assert sorted(here) == sorted(there) and len(here) == 1 + 1 + 1 + 24 * 3  # document, run, manifest, points
+    # document, run, manifest and the generated data.jsonl; per point, its document and three metric files
+    assert sorted(here) == sorted(there) and len(here) == 4 + 24 * 4
     assert [name for name in here if name not in ("run.json", "manifest.json") and here[name] != there[name]] == []
 
     mine, theirs = json.loads(here["run.json"]), json.loads(there["run.json"])
     assert {k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k)} == {
-        "engine", "remote", "server", "served_dtype", "server_causalab", "components"}
+        "engine", "remote", "server", "served_dtype", "server_causalab", "components"} | ({"arithmetic"} if mine["arithmetic"] != theirs["arithmetic"] else set())
     assert theirs["components"]["engine"] == {"ndif": f"causalab-ndif {theirs['causalab']['distributions']['causalab-ndif']['version']}"}
     assert (mine["remote"], theirs["remote"]) == (False, True)
     assert theirs["server"] == {"asked": ndif_server.host, "python": sys.version.split()[0],
@@ -74,19 +75,16 @@ def test_das_trains_inside_the_servers_session(ndif_server, tmp_path):
     from safetensors import safe_open
 
     document = json.loads((ROOT / "documents/real/weekdays_das.json").read_text())
-    data = ROOT / "documents/data/weekdays"
-    document["data"]["path"] = str(data / "test.jsonl")
-    document["featurizers"]["das"]["train"]["data"]["path"] = str(data / "train.jsonl")
-    document["sweep"]["rank"] = [8]
+    document["sweep"].update(rank=[8], seed=[0])
     path = tmp_path / "das.json"
     path.write_text(json.dumps(document))
     remote = ndif_server.run([CAUSALAB, "run", str(path), "--engine", "ndif", "--out", str(tmp_path / "r")])
     assert remote.returncode == 0, remote.stderr
     assert run_local(path, "--engine", "nnterp", "--out", tmp_path / "l").returncode == 0
 
-    point = "layer=2,pos=-1,rank=8"
+    point = "layer=5,pos=-1,rank=8,seed=0"
     assert sorted(tree(tmp_path / "l")) == sorted(tree(tmp_path / "r"))
-    iia = [json.loads((tmp_path / side / point / "iia.json").read_text())["summary"]["mean"] for side in "lr"]
+    iia = [json.loads((tmp_path / side / point / "iia_answer.json").read_text())["summary"]["mean"] for side in "lr"]
     assert min(iia) >= 0.9 and abs(iia[0] - iia[1]) <= 0.05, iia
     with safe_open(tmp_path / "l" / point / "das.safetensors", "pt") as a, \
          safe_open(tmp_path / "r" / point / "das.safetensors", "pt") as b:
@@ -253,14 +251,14 @@ def test_a_loaded_featurizer_travels_to_the_server_and_a_decoy_at_its_path_chang
     from causalab_core.ir import FeaturizerRef
 
     document = json.loads((ROOT / "documents/real/weekdays_das.json").read_text())
-    document["data"]["path"] = str(ROOT / "documents/data/weekdays/test.jsonl")
     document["featurizers"]["das"] = {"kind": "das", "rank": {"sweep": "rank"}, "load": "q.safetensors"}
     document["sweep"]["rank"] = [8]
+    del document["sweep"]["seed"]
     path = tmp_path / "das.json"
     path.write_text(json.dumps(document))
     probe = api.plan(SWEEP)
     site = next(w.site for p in probe.points for s in p.steps for w in getattr(s, "writes", ())
-                if w.site.layer == 2 and w.site.component == "block_input")
+                if w.site.layer == 5 and w.site.component == "block_input")
     torch.manual_seed(3)
     save_file({"rotation": torch.linalg.qr(torch.randn(64, 64))[0].contiguous()}, tmp_path / "q.safetensors",
               metadata=identity(probe.model, site, -1, FeaturizerRef("das", "das", {"rank": 8})))

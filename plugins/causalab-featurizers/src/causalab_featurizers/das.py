@@ -19,6 +19,8 @@ class DASParams(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     rank: int = Field(ge=1, description="Dimensions of the swapped subspace.")
     load: str | None = Field(None, description="A trained rotation (safetensors written by a causalab run) to use as is.")
+    seed: int | None = Field(None, description="Draw the initial rotation from this seed (untrained, it is a random "
+                             "rotation: the control of a trained one); by default training's seed decides it.")
 
 
 class DAS(torch.nn.Module, Featurizer):
@@ -38,6 +40,9 @@ class DAS(torch.nn.Module, Featurizer):
         Featurizer.__init__(self, params, width)
         self.check_site(params, width)
         linear = torch.nn.Linear(width, width, bias=False, dtype=torch.float32)
+        if params.seed is not None:
+            with torch.no_grad():
+                linear.weight.copy_(torch.randn(width, width, generator=torch.Generator().manual_seed(params.seed)))
         self.rotate = parametrizations.orthogonal(linear, orthogonal_map="cayley")
         if params.load:
             from safetensors.torch import load_file

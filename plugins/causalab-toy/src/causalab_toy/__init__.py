@@ -7,6 +7,13 @@ from causalab_toy import models
 
 
 @hookimpl
+def causalab_causal_models():
+    from causalab_toy.causal import Entity, Weekdays
+
+    return [Weekdays, Entity]
+
+
+@hookimpl
 def causalab_model_source(key: str, revision: str | None):
     if not key.startswith(models.PREFIX):
         return None

@@ -1,0 +1,65 @@
+"""Causal models of the toy tasks: the hypotheses the toy studies test, and the data that can refute them.
+
+weekdays: inputs ``count`` (1-27) and ``day``; ``answer`` = the day ``count`` days after ``day``.
+entity: inputs ``line`` (four names in a queue) and ``place`` (which one is asked); ``entity`` = the
+name at that place; ``answer`` = ``entity``.
+
+Each split is the toy model's own: a setting is in ``test`` exactly when the toy
+model never saw it in training (``causalab_toy.tasks``), so test rows are held out
+by construction and train and test never share a setting.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from causalab_core.contracts import CausalModel
+from causalab_toy import tasks
+
+
+class Weekdays(CausalModel):
+    name = "weekdays"
+    inputs = ("count", "day")
+    mechanisms = {"answer": ("count", "day")}
+
+    def sample(self, rng, variable: str) -> Any:
+        return rng.choice(tasks.COUNTS) if variable == "count" else rng.choice(tasks.DAYS)
+
+    def compute(self, variable: str, parents) -> Any:
+        return tasks.DAYS[(tasks.DAYS.index(parents["day"]) + int(parents["count"])) % 7]
+
+    def prompt(self, values) -> str:
+        return tasks.WEEKDAY_PROMPT.format(count=values["count"], day=values["day"])
+
+    def answer(self, values) -> str:
+        return " " + values["answer"]
+
+    def split(self, inputs) -> str:
+        held_out = tasks._weekday_test(tasks.COUNTS.index(inputs["count"]), tasks.DAYS.index(inputs["day"]))
+        return "test" if held_out else "train"
+
+
+class Entity(CausalModel):
+    name = "entity"
+    inputs = ("line", "place")
+    mechanisms = {"entity": ("line", "place"), "answer": ("entity",)}
+
+    def sample(self, rng, variable: str) -> Any:
+        if variable == "place":
+            return tasks.ORDINALS[rng.randrange(4)]
+        return "|".join(rng.sample(tasks.NAMES, 4))
+
+    def compute(self, variable: str, parents) -> Any:
+        if variable == "entity":
+            return parents["line"].split("|")[tasks.ORDINALS.index(parents["place"])]
+        return parents["entity"]
+
+    def prompt(self, values) -> str:
+        return tasks.ENTITY_PROMPT.format(line=tasks._line(values["line"].split("|")), ordinal=values["place"])
+
+    def answer(self, values) -> str:
+        return " " + values["answer"]
+
+    def split(self, inputs) -> str:
+        held_out = tasks._entity_test(tuple(inputs["line"].split("|")), tasks.ORDINALS.index(inputs["place"]))
+        return "test" if held_out else "train"
