@@ -26,7 +26,8 @@ def test_plugins_lists_the_shipped_plugins_with_versions_hooks_and_digests():
     assert listing["causalab-metrics"]["provides"] == {"metric": ["iia", "logit_diff", "p_answer"]}
     assert listing["causalab-positions"]["provides"] == {"position": ["index", "scoped_index", "variable"]}
     assert listing["causalab-nnterp"]["provides"] == {"engine": ["nnterp"]}
-    assert listing["causalab-toy"]["hooks"] == ["causalab_model_source"]
+    assert listing["causalab-toy"]["hooks"] == ["causalab_causal_models", "causalab_model_source"]
+    assert listing["causalab-toy"]["provides"] == {"causal_model": ["entity", "weekdays"]}
     # Test tooling is its own distribution: a product install never loads it.
     assert listing["causalab-testing"]["hooks"] == ["causalab_model_source"]
     assert listing["causalab-metrics"]["hooks"] == ["causalab_metrics"]
