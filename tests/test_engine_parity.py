@@ -23,5 +23,9 @@ def test_hooks_and_nnterp_write_identical_metric_files(arch, request, write_doc,
     hooks_run = json.loads((tmp_path / "hooks" / "run.json").read_text())
     nnterp_run = json.loads((tmp_path / "nnterp" / "run.json").read_text())
     assert (hooks_run["engine"], nnterp_run["engine"]) == ("hooks", "nnterp")
+    # The same run but for which engine ran (and the distribution behind it).
+    assert (hooks_run["components"].pop("engine"), nnterp_run["components"].pop("engine")) == (
+        {"hooks": f"causalab-hooks {hooks_run['causalab']['distributions']['causalab-hooks']['version']}"},
+        {"nnterp": f"causalab-nnterp {nnterp_run['causalab']['distributions']['causalab-nnterp']['version']}"})
     assert {k: v for k, v in hooks_run.items() if k != "engine"} == {k: v for k, v in nnterp_run.items() if k != "engine"}
     assert nnterp_run["versions"]["nnsight"] and nnterp_run["versions"]["nnterp"]
