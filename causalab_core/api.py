@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from causalab_core.compiler import compile_document
+from causalab_core.contracts import HERE, Remote
 from causalab_core.document import LoadedDocument, load_document
 from causalab_core.errors import EngineError
 from causalab_core.ir import Plan
@@ -65,7 +66,7 @@ def engine_options(cls: type, options: dict[str, Any] | None) -> Any:
         raise EngineError(f"--option {key}: {what} for engine {cls.name!r} (its options: {known})") from None
 
 
-def check_capabilities(cls: type, plan: Plan, remote: bool | str) -> None:
+def check_capabilities(cls: type, plan: Plan, remote: Remote) -> None:
     """Refuse, before any weights load, an engine that cannot run this plan."""
     needed = set(plan.requires) | ({"remote"} if remote else set())
     missing = sorted(needed - set(cls.capabilities))
@@ -79,7 +80,7 @@ def run(
     *,
     out: str | Path | None = None,
     engine: str = "hooks",
-    remote: bool | str = False,
+    remote: Remote = HERE,
     batch_size: int | None = None,
     device_map: str | None = None,
     data_root: str | Path | None = None,
@@ -92,8 +93,8 @@ def run(
 
     ``options``: the engine's own options (its ``Options`` model), e.g.
     ``{"allow_skew": True}`` for ``ndif``; validated before anything else runs.
-    ``remote``: False (here), ``"local"`` (nnsight's local simulation of a
-    remote run), True (the host from nnsight's settings) or a host URL.
+    ``remote``: one of the cases named in :mod:`causalab_core.contracts`:
+    ``HERE`` (False), ``SIMULATED`` ("local"), ``CONFIGURED_HOST`` (True) or a host URL.
     """
     reg = registry or default_registry()
     out_path = Path(out) if out is not None else None

@@ -22,6 +22,21 @@ if TYPE_CHECKING:
 # Capabilities an engine may declare; a plan lists what it requires.
 CAPABILITIES = frozenset({"remote", "training", "heads"})
 
+# Where a plan runs: the ``remote`` of ``api.run`` and ``Engine.execute`` is one of these cases.
+Remote = bool | str
+HERE: Remote = False
+"""In this process (the default)."""
+SIMULATED: Remote = "local"
+"""Serialised and run in this process as a server would run it (nnsight's local simulation of a remote run)."""
+CONFIGURED_HOST: Remote = True
+"""The NDIF host from nnsight's own settings (``NDIF_HOST`` or its config file)."""
+# Any other string is a host URL, e.g. "http://127.0.0.1:8001".
+
+
+def remote_host(remote: Remote) -> str | None:
+    """The host URL ``remote`` names, or None where it names none (here, simulated, the configured host)."""
+    return remote if isinstance(remote, str) and remote != SIMULATED else None
+
 
 class NoParams(BaseModel):
     """A component that takes no parameters."""
@@ -53,7 +68,7 @@ class Engine:
         plan: Plan,
         *,
         featurizers: Mapping[str, type] | None = None,
-        remote: bool | str = False,
+        remote: Remote = HERE,
         batch_size: int | None = None,
         progress: Callable[[str], None] | None = None,
     ) -> dict[str, dict[str, torch.Tensor]]:
@@ -65,7 +80,7 @@ class Engine:
         raise NotImplementedError
 
 
-def refuse_options(engine: Engine, *, remote: bool | str, batch_size: int | None) -> None:
+def refuse_options(engine: Engine, *, remote: Remote, batch_size: int | None) -> None:
     """The refusals every engine makes before any work: a batch size below 1, remote where it cannot go."""
     from causalab_core.errors import EngineError
 
