@@ -272,3 +272,44 @@ def test_plot_of_a_metric_file_with_a_bad_summary_is_one_line(sweep_doc, tmp_pat
     bad.write_text(json.dumps(content))
     result = run_cli("plot", tmp_path / "o", "--metric", "iia")
     assert result.exit_code == 2 and "not a metric file causalab wrote" in result.stderr
+
+
+def _header(header: bytes) -> bytes:
+    return len(header).to_bytes(8, "little") + header
+
+
+@pytest.mark.parametrize("content,needle", [
+    (_header(b'{"__metadata__":[1]}'), "its __metadata__ is not an object of strings"),
+    (_header(b'{"__metadata__":{"kind":1}}'), "its __metadata__ is not an object of strings"),
+    (_header(b"[" * 100_000 + b"]" * 100_000), "its header is nested too deep"),
+    (_header(b"[1]"), "its header is not a JSON object"),
+    (_header(b"{not json"), "its header is not JSON"),
+    (_header(b'{"a": "\xff"}'), "its header is not JSON"),
+    (b"\xff" * 8 + b"{}", "no header of the length"),
+    (b"abc", "no header of the length"),
+    (None, "no such file"),
+    ("folder", "is a folder, not a file"),
+])
+@pytest.mark.parametrize("swept", [False, True], ids=["literal", "swept"])
+def test_a_bad_featurizer_file_is_one_line_naming_the_document_and_the_file(base_doc, write_doc, tmp_path,
+                                                                             content, needle, swept):
+    target = tmp_path / "das.safetensors"
+    if content == "folder":
+        target.mkdir()
+    elif content is not None:
+        target.write_bytes(content)
+
+    def edit(doc):
+        doc["featurizers"] = {"f": {"kind": "das", "rank": 2, "load": {"sweep": "files"} if swept else "das.safetensors"}}
+        doc["writes"]["patch"]["featurizer"] = "f"
+        if swept:
+            doc["sweep"]["files"] = ["das.safetensors"]
+
+    path = write_doc(edited(base_doc, edit), weekday_rows(3))
+    where = "$.sweep.files[0] (used by $.featurizers.f.load)" if swept else "$.featurizers.f.load"
+    for command in ("validate", "plan"):
+        result = run_cli(command, path)
+        assert result.exit_code == 2, result.output
+        assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+        assert result.stderr.startswith(f"DocumentError: {path}: {where}: featurizer file '{target}'"), result.stderr
+        assert needle in result.stderr

@@ -128,6 +128,32 @@ def test_the_folder_holding_the_data_is_never_replaced(tiny_llama, tmp_path):
     assert (tmp_path / "data" / "rows.jsonl").is_file()
 
 
+@pytest.mark.parametrize("swept", [False, True], ids=["literal", "swept"])
+def test_the_folder_holding_a_featurizer_file_the_run_loads_is_never_replaced(tiny_llama, write_doc, tmp_path, swept):
+    trained = sweep_document(str(tiny_llama), layers=(1,), positions=(-4,))
+    trained["featurizers"] = {"das": {"kind": "das", "rank": 2, "train": {
+        "data": {"path": "rows.jsonl"}, "label": "cf_answer", "epochs": 1, "batch_size": 8, "lr": 0.05, "seed": 3}}}
+    trained["writes"]["patch"]["featurizer"] = "das"
+    trained["sweep"] = {}
+    for spec in (trained["reads"]["cf_resid"], trained["writes"]["patch"]):
+        spec.update(layer=1, position=-4)
+    api.run(write_doc(trained, weekday_rows(6), "train.json"), out=tmp_path / "runA")
+    trained_file = next((tmp_path / "runA").rglob("*.safetensors"))
+    using = {**trained, "featurizers": {"das": {"kind": "das", "rank": 2}}}
+    rel = str(trained_file.relative_to(tmp_path))
+    if swept:
+        using["featurizers"]["das"]["load"] = {"sweep": "f"}
+        using["sweep"] = {"f": [rel]}
+    else:
+        using["featurizers"]["das"]["load"] = rel
+    path = write_doc(using, name="use.json")
+    before = snapshot(tmp_path / "runA")
+    result = cli("run", path, "--out", tmp_path / "runA", "--force")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert f"{trained_file.name}, which this run reads" in result.stderr
+    assert snapshot(tmp_path / "runA") == before
+
+
 def test_the_current_folder_and_home_are_never_replaced(absent_model_doc, tmp_path):
     home = tmp_path / "home"
     before = user_folder(home)

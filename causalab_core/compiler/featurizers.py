@@ -12,9 +12,9 @@ from typing import Any
 
 from causalab_core.causal import rows_digest
 from causalab_core.contracts import RowText
-from causalab_core.document.load import Rows, load_rows
+from causalab_core.document.load import Rows, load_rows, safetensors_metadata
 from causalab_core.document.schema import DataSpec
-from causalab_core.errors import DocumentError, PlanError
+from causalab_core.errors import DocumentError, PlanError, echo
 
 
 def data_digest(rows: tuple[dict, ...]) -> str:
@@ -57,30 +57,23 @@ def identity(model: Any, site: Any, position: Any, featurizer: Any) -> dict[str,
     return out
 
 
-def _metadata(data: bytes, where: str) -> dict[str, str]:
-    """The ``__metadata__`` of safetensors bytes (header: 8-byte little-endian length, then JSON)."""
-    try:
-        length = int.from_bytes(data[:8], "little")
-        return json.loads(data[8:8 + length]).get("__metadata__") or {}
-    except (ValueError, AttributeError):
-        raise DocumentError(f"{where}: not a safetensors file") from None
-
-
 def with_loaded_state(featurizer: Any, model: Any, site: Any, position: Any, where: str) -> Any:
     """A featurizer that loads a trained file: its bytes read once, checked against this model, site and
     position, and carried in the plan (``state``, ``state_digest``) instead of the path."""
     path = featurizer.params.get("load")
     if not path:
         return featurizer
+    # load_document checked the file already (with the document's name); this is the file as it is now.
+    named = f"{where}.load: featurizer file {echo(str(path))}"
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
-        raise DocumentError(f"{where}.load: featurizer file {path!r} cannot be read: {exc.strerror or exc}") from None
-    found = _metadata(data, f"{where}.load: {path}")
+        raise DocumentError(f"{named} cannot be read: {exc.strerror or exc}") from None
+    found = safetensors_metadata(data, named)
     for key, expected in identity(model, site, position, featurizer).items():
         if found.get(key) != expected:
             raise PlanError(
-                f"{where}.load: {path} was trained with {key} = {found.get(key)!r}, this document has {expected!r}"
+                f"{named} was trained with {key} = {echo(found.get(key))}, this document has {echo(expected)}"
             )
     params = {k: v for k, v in featurizer.params.items() if k != "load"}
     return dataclasses.replace(featurizer, params=params, state=data, state_digest=hashlib.sha256(data).hexdigest())

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from causalab_core.document.schema import DataSpec, Document
+from causalab_core.document.schema import DataSpec, Document, is_sweep_ref
 from causalab_core.errors import DocumentError, echo, shorten
 
 
@@ -30,8 +32,7 @@ class LoadedDocument:
         doc = self.document
         data = [doc.data] + [f.train.data for f in doc.featurizers.values() if f.train is not None]
         paths = [Path(self.source)] + [self.data_folder / d.path for d in data if d.path]
-        loads = [(f.model_extra or {}).get("load") for f in doc.featurizers.values()]
-        paths += [self.data_folder / load for load in loads if isinstance(load, str)]
+        paths += [path for _, path in featurizer_files(doc, self.data_folder)]  # swept files too
         model = Path(self.source).parent / Path(doc.model.key).expanduser()
         return paths + ([model] if model.is_dir() else [])
 
@@ -142,6 +143,75 @@ def read_json(path: Path) -> Any:
     return _loads(read_text(path, str(path)), str(path))
 
 
+HEADER_LIMIT = 100_000_000
+"""Largest safetensors header read (the format's own limit)."""
+
+
+def safetensors_metadata(data: bytes, where: str, size: int | None = None) -> dict[str, str]:
+    """The ``__metadata__`` of safetensors bytes (header: 8-byte little-endian length, then a JSON object).
+
+    ``data`` holds at least the header; ``size`` is the whole file's (default ``len(data)``).
+    Anything else is one DocumentError naming ``where``.
+    """
+    size = len(data) if size is None else size
+    length = int.from_bytes(data[:8], "little")
+    if len(data) < 8 or length > HEADER_LIMIT or 8 + length > size:
+        raise DocumentError(f"{where}: not a safetensors file (no header of the length its first 8 bytes give)")
+    try:
+        header = json.loads(data[8:8 + length])
+    except RecursionError:
+        raise DocumentError(f"{where}: not a safetensors file (its header is nested too deep)") from None
+    except ValueError:  # bad JSON, bad UTF-8, a number too long to convert
+        raise DocumentError(f"{where}: not a safetensors file (its header is not JSON)") from None
+    if not isinstance(header, dict):
+        raise DocumentError(f"{where}: not a safetensors file (its header is not a JSON object)")
+    metadata = header.get("__metadata__") or {}
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise DocumentError(f"{where}: not a safetensors file (its __metadata__ is not an object of strings)")
+    return metadata
+
+
+def _read_header(path: Path, where: str) -> None:
+    """Check, before any work, that a featurizer file can be read and has a safetensors header."""
+    try:
+        with path.open("rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            if stat.S_ISDIR(os.fstat(file.fileno()).st_mode):
+                raise IsADirectoryError
+            head = file.read(8)
+            length = int.from_bytes(head, "little")
+            if len(head) == 8 and length <= HEADER_LIMIT:
+                head += file.read(length)
+    except FileNotFoundError:
+        raise DocumentError(f"{where}: no such file") from None
+    except IsADirectoryError:
+        raise DocumentError(f"{where}: is a folder, not a file") from None
+    except OSError as exc:
+        raise DocumentError(f"{where}: cannot be read: {exc.strerror or exc}") from None
+    safetensors_metadata(head, where, size)
+
+
+def featurizer_files(document: Document, folder: Path) -> list[tuple[str, Path]]:
+    """(where, path) of every featurizer file a document loads, swept values included."""
+    files = []
+    for name, spec in document.featurizers.items():
+        load = (spec.model_extra or {}).get("load")
+        where = f"$.featurizers.{name}.load"
+        if is_sweep_ref(load):
+            values = [(f"$.sweep.{load['sweep']}[{i}] (used by {where})", v)
+                      for i, v in enumerate(document.sweep.get(load["sweep"], []))]
+        else:
+            values = [(where, load)]
+        # Only strings are paths; any other value is refused with the featurizer's parameters.
+        files += [(w, folder / v) for w, v in values if isinstance(v, str) and v]
+    return files
+
+
+def check_featurizer_files(document: Document, folder: Path, source: str) -> None:
+    for where, path in featurizer_files(document, folder):
+        _read_header(path, f"{source}: {where}: featurizer file {echo(str(path))}")
+
+
 class Rows(tuple):
     """Data rows, each with the name a user finds it by: ``FILE:LINE`` of a JSONL file, or ``$.data.rows[i]``."""
 
@@ -218,6 +288,7 @@ def load_document(path: str | Path, data_root: str | Path | None = None, registr
     path = Path(path)
     document = parse_document(read_json(path), str(path))
     folder = Path(data_root) if data_root else path.parent
+    check_featurizer_files(document, folder, str(path))
     generated = None
     if document.data.causal_model is not None:
         rows, generated = generated_rows(document.data.causal_model, f"{path}: $.data.causal_model", registry)
