@@ -94,9 +94,10 @@ def run(
     verbose: Verbose = False,
 ) -> None:
     """Compile a document, run it on an engine, and write the output folder."""
-    from causalab_core import api
-
     with reported(verbose):
+        from causalab_core import api
+        from causalab_core.output import MANIFEST
+
         with Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             console=err, transient=True, disable=not err.is_terminal,
@@ -105,23 +106,21 @@ def run(
                 document, out=out, engine=engine, batch_size=batch_size, device_map=device_map,
                 data_root=data_root, force=force, options=engine_options(option or []), progress=_progress_bar(progress),
             )
-    from causalab_core.output import MANIFEST
-
-    for rel in [*result.files, MANIFEST]:
-        print(out / rel)
+        for rel in [*result.files, MANIFEST]:
+            print(out / rel)
 
 
 @app.command()
 def validate(document: DocumentArg, data_root: DataRoot = None, verbose: Verbose = False) -> None:
     """Check a document and its data against the schema, the installed plugins and the model's tokenizer and config (no weights)."""
-    from causalab_core import api
-
     with reported(verbose):
+        from causalab_core import api
+
         loaded = api.validate(document, data_root=data_root)
-    points = 1
-    for values in loaded.document.sweep.values():
-        points *= len(values)
-    print(f"{document}: valid ({len(loaded.rows)} rows, {points} point{'s' if points != 1 else ''})")
+        points = 1
+        for values in loaded.document.sweep.values():
+            points *= len(values)
+        print(f"{document}: valid ({len(loaded.rows)} rows, {points} point{'s' if points != 1 else ''})")
 
 
 @app.command()
@@ -132,22 +131,22 @@ def plan(
     verbose: Verbose = False,
 ) -> None:
     """Compile a document against a weightless shell of its model and print the plan."""
-    from causalab_core import api
-    from causalab_core.ir.render import render
-
     with reported(verbose):
+        from causalab_core import api
+        from causalab_core.ir.render import render
+
         built = api.plan(document, data_root=data_root)
-    # A loaded featurizer's bytes are shown by size; run.json and the plan keep their sha256.
-    shown = lambda value: f"<{len(value)} bytes>" if isinstance(value, bytes) else str(value)  # noqa: E731
-    print(json.dumps(built.to_dict(), indent=1, default=shown) if as_json else render(built))
+        # A loaded featurizer's bytes are shown by size; run.json and the plan keep their sha256.
+        shown = lambda value: f"<{len(value)} bytes>" if isinstance(value, bytes) else str(value)  # noqa: E731
+        print(json.dumps(built.to_dict(), indent=1, default=shown) if as_json else render(built))
 
 
 @app.command()
 def plugins(verbose: Verbose = False) -> None:
     """List every loaded plugin: name, distribution, version, hooks and source digest (JSON)."""
-    from causalab_core.plugins import registry
-
     with reported(verbose):
+        from causalab_core.plugins import registry
+
         reg = registry()
         listing = [
             {"name": p.name, "distribution": p.distribution, "version": p.version,
@@ -157,7 +156,7 @@ def plugins(verbose: Verbose = False) -> None:
                           if any(reg.provider(kind, n) is p for n in reg.names(kind))}}
             for p in reg.plugins
         ]
-    print(json.dumps(listing, indent=2))
+        print(json.dumps(listing, indent=2))
 
 
 @app.command()
@@ -167,9 +166,9 @@ def plot(
     verbose: Verbose = False,
 ) -> None:
     """Draw each metric's summary over the sweep (heatmap for two axes) as FOLDER/<metric>.png."""
-    from causalab_core.plot import plot_metric, run_document
-
     with reported(verbose):
+        from causalab_core.plot import plot_metric, run_document
+
         document = run_document(folder)
         for name in metric or list(document["metrics"]):
             print(plot_metric(folder, name, document))
@@ -178,18 +177,19 @@ def plot(
 @app.command()
 def schema() -> None:
     """Print the JSON Schema of documents (version 2)."""
-    from causalab_core.document import json_schema
+    with reported(False):
+        from causalab_core.document import json_schema
 
-    print(json.dumps(json_schema(), indent=2))
+        print(json.dumps(json_schema(), indent=2))
 
 
 @app.command()
 def env(verbose: Verbose = False) -> None:
     """Print the Python, watched package versions and causalab digests of this environment (JSON)."""
-    from causalab_core.plugins import registry
-    from causalab_core.provenance import environment
-
     with reported(verbose):
+        from causalab_core.plugins import registry
+        from causalab_core.provenance import environment
+
         print(json.dumps(environment(registry()), indent=2))
 
 
@@ -218,10 +218,11 @@ def add_plugin_commands(app: typer.Typer) -> None:
 def main() -> None:
     import signal
 
+    # First of all: from here on SIGINT and SIGTERM end in `Interrupted` (130, 143), never a traceback.
     signal.signal(signal.SIGTERM, _terminate)
     try:
-        add_plugin_commands(app)
-    except CausalabError as exc:
-        err.print(exc.one_line(), markup=False)
+        with reported(False):
+            add_plugin_commands(app)
+    except typer.Exit as exc:
         raise SystemExit(exc.exit_code) from None
-    app()
+    app()  # each command reports inside its own `reported`

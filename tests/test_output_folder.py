@@ -320,6 +320,31 @@ def test_a_signal_during_a_run_prints_interrupted_and_leaves_nothing(tiny_llama,
     assert not out.exists() and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
+def _mapped(pid: int, library: str) -> bool:
+    try:
+        return library in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="watches the process's mapped libraries")
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_while_causalab_starts_prints_interrupted(absent_model_doc, tmp_path, sig, code):
+    process = subprocess.Popen([sys.executable, "-m", "causalab_core", "run", str(absent_model_doc),
+                                "--out", str(tmp_path / "o")],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    # The plugins load torch before any command starts: a signal then lands while causalab starts up.
+    deadline = time.monotonic() + 60
+    while not _mapped(process.pid, "libtorch") and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert process.poll() is None, process.communicate()
+    process.send_signal(sig)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == code and stderr.strip() == "Interrupted", stderr
+    assert not (tmp_path / "o").exists()
+
+
 # -- point folders -------------------------------------------------------------------
 
 
