@@ -12,6 +12,10 @@ from causalab_core.errors import OutputError, echo, shorten
 from causalab_core.output import add_file
 
 
+LITERAL = {"parse_math": False}
+"""Every text a user wrote (names, sweep values) is drawn as written: a ``$`` is a dollar, never mathtext."""
+
+
 def _read(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -23,17 +27,25 @@ def _read(path: Path) -> Any:
 
 def run_document(folder: Path) -> dict[str, Any]:
     """The validated document a finished run wrote, as JSON."""
-    document = _read(folder / "document.json")
-    if not isinstance(document, dict) or not isinstance(document.get("metrics"), dict) \
-            or not isinstance(document.get("sweep", {}), dict):
-        raise OutputError(f"{folder / 'document.json'}: not a document causalab wrote (no metrics)")
+    path = folder / "document.json"
+    document = _read(path)
+    if not isinstance(document, dict) or not isinstance(document.get("metrics"), dict):
+        raise OutputError(f"{path}: not a document causalab wrote (no metrics)")
+    sweep = document.get("sweep", {})
+    if not isinstance(sweep, dict):
+        raise OutputError(f"{path}: $.sweep: not a document causalab wrote (the sweep is not an object)")
+    for axis, values in sweep.items():
+        if not isinstance(values, list) or not values:
+            raise OutputError(f"{path}: $.sweep.{shorten(axis)}: not a document causalab wrote "
+                              f"(an axis is a list of values, got {echo(values)})")
     return document
 
 
 def sweep_table(folder: Path, metric: str, document: dict[str, Any]) -> tuple[list[str], dict[tuple, float | None]]:
     """The sweep's axes and each point's summary mean, read from a run's output folder."""
     if metric not in document["metrics"]:
-        raise OutputError(f"{folder}: the run has no metric {echo(metric)} (it has {', '.join(document['metrics'])})")
+        raise OutputError(f"{folder}: the run has no metric {echo(metric)} "
+                          f"(it has {shorten(', '.join(map(str, document['metrics'])))})")
     axes = list(document.get("sweep", {}))
     if not axes:
         raise OutputError(f"{folder}: the run has no sweep to plot")
@@ -64,24 +76,24 @@ def plot_metric(folder: Path, metric: str, document: dict[str, Any] | None = Non
     if len(axes) == 1:
         xs = values[axes[0]]
         ax.plot(range(len(xs)), [means.get((x,)) for x in xs], marker="o")
-        ax.set_xticks(range(len(xs)), xs)
-        ax.set_xlabel(axes[0])
-        ax.set_ylabel(metric)
+        ax.set_xticks(range(len(xs)), xs, **LITERAL)
+        ax.set_xlabel(axes[0], **LITERAL)
+        ax.set_ylabel(metric, **LITERAL)
     else:
         rows, cols = values[axes[1]], values[axes[0]]
         grid = [[means.get(_key(axes, {axes[0]: c, axes[1]: r}, values)) for c in cols] for r in rows]
         grid = [[float("nan") if v is None else v for v in row] for row in grid]
         image = ax.imshow(grid, aspect="auto", cmap="viridis", origin="lower")
-        ax.set_xticks(range(len(cols)), cols)
-        ax.set_yticks(range(len(rows)), rows)
-        ax.set_xlabel(axes[0])
-        ax.set_ylabel(axes[1])
+        ax.set_xticks(range(len(cols)), cols, **LITERAL)
+        ax.set_yticks(range(len(rows)), rows, **LITERAL)
+        ax.set_xlabel(axes[0], **LITERAL)
+        ax.set_ylabel(axes[1], **LITERAL)
         for i, row in enumerate(grid):
             for j, v in enumerate(row):
                 if v == v:  # not NaN
                     ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="w" if image.norm(v) < 0.5 else "k")
-        fig.colorbar(image, ax=ax, label=metric)
-    ax.set_title(f"{document.get('name') or folder.name}: {metric}")
+        fig.colorbar(image, ax=ax).set_label(metric, **LITERAL)
+    ax.set_title(f"{document.get('name') or folder.name}: {metric}", **LITERAL)
     fig.tight_layout()
     png = io.BytesIO()
     fig.savefig(png, format="png", metadata={"Software": None})

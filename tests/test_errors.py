@@ -313,3 +313,11 @@ def test_a_bad_featurizer_file_is_one_line_naming_the_document_and_the_file(base
         assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
         assert result.stderr.startswith(f"DocumentError: {path}: {where}: featurizer file '{target}'"), result.stderr
         assert needle in result.stderr
+
+
+@pytest.mark.parametrize("sweep", [{"layers": 5}, {"layers": None}, {"layers": []}, ["layers"], "x" * 10_000])
+def test_plot_of_a_run_whose_sweep_is_not_lists_is_one_line(tmp_path, sweep):
+    (tmp_path / "document.json").write_text(json.dumps({"metrics": {"iia": {}}, "sweep": sweep}))
+    result = run_cli("plot", tmp_path)
+    assert result.exit_code == 2 and result.stderr.startswith(f"OutputError: {tmp_path / 'document.json'}: $.sweep")
+    assert result.stderr.count("\n") == 1 and len(result.stderr) < 600
