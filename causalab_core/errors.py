@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 
 ECHO_LIMIT = 200
 
@@ -19,14 +20,20 @@ def echo(value: object) -> str:
         return f"<a {type(value).__name__} nested too deep to show>"
 
 
+def clip(text: str, limit: int = 400, word: int = ECHO_LIMIT) -> str:
+    """A message someone else wrote (a plugin's, pydantic's), which may quote a user's value whole:
+    each run of more than ``word`` non-space characters cut, then the whole to ``limit``."""
+    return shorten(re.sub(rf"\S{{{word + 1},}}", lambda m: shorten(m.group(), word), text), limit)
+
+
 class CausalabError(Exception):
     """Base of every error causalab reports as a one-line message."""
 
     exit_code = 1
 
     def one_line(self) -> str:
-        # A message may quote user values; no single line should be megabytes long.
-        text = shorten(" ".join(str(self).split()), 2000)
+        # Every user value a message quotes goes through `echo`; this is the backstop for any that does not.
+        text = clip(" ".join(str(self).split()), 1000, word=400)
         return f"{type(self).__name__}: {text}"
 
 

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from causalab_core.errors import OutputError, shorten
+from causalab_core.errors import OutputError, echo, shorten
 
 MANIFEST = "manifest.json"
 MARK = "causalab output"
@@ -134,7 +134,7 @@ def _protected(out: Path, protected: Iterable[Path]) -> str | None:
     for path in protected:
         held = path.resolve()
         if out == held or out in held.parents:
-            return f"holds {path}, which this run reads"
+            return f"holds {shorten(str(path))}, which this run reads"
     return None
 
 
@@ -174,7 +174,7 @@ def _check_out(out: Path, where: str, force: bool, protected: Iterable[Path]) ->
         foreign = first_foreign(resolved)
         if foreign:
             raise OutputError(f"{where}: --force replaces only a previous causalab output, and it holds "
-                              f"{foreign}, which causalab did not write")
+                              f"{shorten(foreign)}, which causalab did not write")
 
 
 @contextmanager
@@ -193,7 +193,7 @@ def signals_deferred() -> Iterator[None]:
 def _inside(folder: Path, rel: str) -> Path:
     path = (folder / rel).resolve()
     if Path(rel).is_absolute() or ".." in Path(rel).parts or folder.resolve() not in path.parents:
-        raise OutputError(f"refusing to write {rel!r}: it is not inside the output folder")
+        raise OutputError(f"refusing to write {echo(rel)}: it is not inside the output folder")
     return path
 
 

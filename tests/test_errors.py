@@ -321,3 +321,37 @@ def test_plot_of_a_run_whose_sweep_is_not_lists_is_one_line(tmp_path, sweep):
     result = run_cli("plot", tmp_path)
     assert result.exit_code == 2 and result.stderr.startswith(f"OutputError: {tmp_path / 'document.json'}: $.sweep")
     assert result.stderr.count("\n") == 1 and len(result.stderr) < 600
+
+
+def _das(load):
+    def edit(doc):
+        doc["featurizers"] = {"f": {"kind": "das", "rank": 2, "load": load}}
+        doc["writes"]["patch"]["featurizer"] = "f"
+    return edit
+
+
+M = 1_000_000
+HUGE = [
+    ("unknown key", lambda d: d.__setitem__("k" * M, 1), "$.kkkk"),
+    ("unknown nested key", _set(["reads", "cf_resid", "z" * M], 1), "$.reads.cf_resid.zzzz"),
+    ("data path", _set(["data"], {"path": "p" * 100_000}), "$.data.path"),
+    ("data path of folders", _set(["data"], {"path": "p/" * 50_000}), "$.data.path"),
+    ("swept position object", _set(["sweep", "pos"], [{"x": "y" * M}]), "$.sweep.pos[0]"),
+    ("metric label", _set(["metrics", "iia", "label"], "l" * M), "must be one of the choices"),
+    ("read name", lambda d: d["reads"].__setitem__("r" * M, d["reads"]["cf_resid"]), "$.reads.rrrr"),
+    ("many inputs", lambda d: (d.__setitem__("inputs", ["base", "counterfactual"] + [f"i{i}" for i in range(100_000)]),
+                               d["reads"]["cf_resid"].__setitem__("input", "nope")), "is not one of the inputs"),
+    ("featurizer file", _das("f" * 100_000), "$.featurizers.f.load"),
+    ("swept layer", _set(["sweep", "layers"], ["x" * M]), "$.sweep.layers[0]"),
+    ("answer column", _set(["metrics", "p_answer", "answer"], "g" * M), "has no column"),
+]
+
+
+@pytest.mark.parametrize("edit,needle", [c[1:] for c in HUGE], ids=[c[0] for c in HUGE])
+def test_huge_values_are_echoed_short(base_doc, write_doc, edit, needle):
+    path = write_doc(edited(base_doc, edit), weekday_rows(3))
+    result = run_cli("validate", path)
+    assert result.exit_code in (1, 2), result.output
+    message = result.stderr
+    assert message.count("\n") == 1 and len(message) < 600, (len(message), message[:300])
+    assert needle in message and "characters)" in message and str(path) in message

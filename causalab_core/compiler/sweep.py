@@ -10,7 +10,7 @@ from collections import Counter
 from typing import Any
 
 from causalab_core.document.schema import Document, is_sweep_ref
-from causalab_core.errors import PlanError
+from causalab_core.errors import PlanError, echo
 
 
 def _compact(value: Any) -> str | None:
@@ -86,7 +86,8 @@ def points(document: Document) -> list[tuple[str, tuple[tuple[str, Any], ...]]]:
         if len(name) > _NAME_LIMIT:
             name = f"{name[:_NAME_LIMIT - 9]}-{_hash(values)}"
         if name.lower() in taken:
-            raise PlanError(f"sweep points {taken[name.lower()]} and {dict(values)} would share the folder {name!r}")
+            raise PlanError(f"sweep points {echo(taken[name.lower()])} and {echo(dict(values))} "
+                            f"would share the folder {echo(name)}")
         taken[name.lower()] = dict(values)
         out.append((name, values))
     return out

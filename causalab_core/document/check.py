@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from causalab_core.document.load import json_path
 from causalab_core.document.schema import SWEEPABLE, Document, SweepRef, is_sweep_ref
-from causalab_core.errors import DocumentError, PluginError, echo
+from causalab_core.errors import DocumentError, PluginError, clip, echo, shorten
 from causalab_core.plugins import Registry
 
 
@@ -37,28 +37,29 @@ RESERVED_FILES = ("document", "run", "manifest")
 
 def check_references(document: Document) -> None:
     inputs = set(document.inputs)
+    inputs_shown = shorten(str(document.inputs))
     if len(inputs) != len(document.inputs):
         raise DocumentError("$.inputs: an input is listed twice")
     for name in document.variables:
         if name not in inputs:
-            raise DocumentError(f"$.variables.{name}: {name!r} is not one of the inputs {document.inputs}")
+            raise DocumentError(f"$.variables.{name}: {echo(name)} is not one of the inputs {inputs_shown}")
     for name, read in document.reads.items():
         if read.input not in inputs:
-            raise DocumentError(f"$.reads.{name}.input: {read.input!r} is not one of the inputs {document.inputs}")
+            raise DocumentError(f"$.reads.{name}.input: {echo(read.input)} is not one of the inputs {inputs_shown}")
     for name, write in document.writes.items():
         where = f"$.writes.{name}"
         if write.input not in inputs:
-            raise DocumentError(f"{where}.input: {write.input!r} is not one of the inputs {document.inputs}")
+            raise DocumentError(f"{where}.input: {echo(write.input)} is not one of the inputs {inputs_shown}")
         if write.source not in document.reads:
-            raise DocumentError(f"{where}.source: no read named {write.source!r}")
+            raise DocumentError(f"{where}.source: no read named {echo(write.source)}")
         if document.reads[write.source].input == write.input:
-            raise DocumentError(f"{where}.source: read {write.source!r} is taken from {write.input!r}, the input this write changes")
+            raise DocumentError(f"{where}.source: read {echo(write.source)} is taken from {echo(write.input)}, the input this write changes")
         if write.featurizer is not None and write.featurizer not in document.featurizers:
-            raise DocumentError(f"{where}.featurizer: no featurizer named {write.featurizer!r} under $.featurizers")
+            raise DocumentError(f"{where}.featurizer: no featurizer named {echo(write.featurizer)} under $.featurizers")
     written = {w.input for w in document.writes.values()}
     for name, read in document.reads.items():
         if read.input in written:
-            raise DocumentError(f"$.reads.{name}.input: {read.input!r} is changed by a write; reading an intervened run is not supported")
+            raise DocumentError(f"$.reads.{name}.input: {echo(read.input)} is changed by a write; reading an intervened run is not supported")
     for group, specs in (("reads", document.reads), ("writes", document.writes)):
         for name, spec in specs.items():
             if (spec.site == "head") != (spec.head is not None):
@@ -67,7 +68,7 @@ def check_references(document: Document) -> None:
         if name in RESERVED_FILES:
             raise DocumentError(f"$.metrics.{name}: the name is taken: causalab writes {name}.json itself")
         if metric.input is not None and metric.input not in inputs:
-            raise DocumentError(f"$.metrics.{name}.input: {metric.input!r} is not one of the inputs {document.inputs}")
+            raise DocumentError(f"$.metrics.{name}.input: {echo(metric.input)} is not one of the inputs {inputs_shown}")
     if document.metrics and not document.writes and any(m.input is None for m in document.metrics.values()):
         name = next(n for n, m in document.metrics.items() if m.input is None)
         raise DocumentError(f"$.metrics.{name}.input: there are no writes, so say which input to score")
@@ -78,7 +79,7 @@ def check_references(document: Document) -> None:
     used = set()
     for where, axis in _sweep_refs(document):
         if axis not in document.sweep:
-            raise DocumentError(f"{where}: no sweep axis named {axis!r} under $.sweep")
+            raise DocumentError(f"{where}: no sweep axis named {echo(axis)} under $.sweep")
         used.add(axis)
         field = where.rsplit(".", 1)[1]
         if (where.startswith(("$.reads.", "$.writes.")) or where.endswith(".train.seed")) and field in SWEEPABLE:
@@ -117,7 +118,7 @@ def _check_params(cls: type, spec: Any, where: str, skip: set[str]) -> Any:
         err = exc.errors()[0]
         path = json_path(tuple(err["loc"]), data).removeprefix("$")
         msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
-        raise DocumentError(f"{where}{path}: {msg}") from None
+        raise DocumentError(f"{where}{path}: {clip(msg)}") from None
 
 
 def check_plugins(document: Document, registry: Registry) -> dict[str, Any]:
@@ -132,7 +133,7 @@ def check_plugins(document: Document, registry: Registry) -> dict[str, Any]:
             for values in _sweep_variants(document, feat):
                 _check_params(cls, values, f"$.featurizers.{name}", {"kind", "train"})
             if feat.train is not None and not getattr(cls, "trainable", False):
-                raise DocumentError(f"$.featurizers.{name}.train: featurizer kind {feat.kind!r} has nothing to train")
+                raise DocumentError(f"$.featurizers.{name}.train: featurizer kind {echo(feat.kind)} has nothing to train")
         resolvers = [cls() for cls in registry.components("position").values()]
         for group, specs in (("reads", document.reads), ("writes", document.writes)):
             for name, spec in specs.items():
@@ -154,12 +155,12 @@ def check_position(value: Any, resolvers: list, registry: Registry, where: str) 
             try:
                 resolver.check(value)
             except ValueError as exc:
-                raise DocumentError(f"{where}: {exc}") from None
+                raise DocumentError(f"{where}: {clip(str(exc))}") from None
             return
     if isinstance(value, int) and not registry.names("position"):
         registry.get("position", "index", where)
     raise DocumentError(
-        f"{where}: no installed position resolver accepts {value!r} "
+        f"{where}: no installed position resolver accepts {echo(value)} "
         f"(installed: {', '.join(registry.names('position')) or 'none'})"
     )
 

@@ -37,6 +37,11 @@ class LoadedDocument:
         return paths + ([model] if model.is_dir() else [])
 
 
+def path_key(key: Any) -> str:
+    """A key as a JSON path shows it: a huge key is cut, like any echoed value."""
+    return shorten(str(key), 64)
+
+
 def json_path(loc: tuple[Any, ...], data: Any) -> str:
     """Render a pydantic error location as a JSON path, dropping union-member tags.
 
@@ -51,10 +56,10 @@ def json_path(loc: tuple[Any, ...], data: Any) -> str:
             out += f"[{part}]"
             data = data[part]
         elif isinstance(data, dict) and part in data:
-            out += f".{part}"
+            out += f".{path_key(part)}"
             data = data[part]
         elif last:
-            out += f".{part}"
+            out += f".{path_key(part)}"
         # else: a union tag, not part of the user's document
     return out
 
@@ -241,7 +246,7 @@ def load_rows(data: DataSpec, folder: Path, source: str = "", where: str = "$.da
         return Rows(data.rows, (f"{where}.rows[{i}]" for i in range(len(data.rows))))
     rel = Path(data.path)
     path = rel if rel.is_absolute() else folder / rel
-    text = read_text(path, f"{at}{where}.path: data file {str(path)!r}")
+    text = read_text(path, f"{at}{where}.path: data file {echo(str(path))}")
     rows, names = [], []
     # JSON Lines ends lines with \n only: a U+2028 inside a string is part of the row, not a line break.
     for number, line in enumerate(text.split("\n"), start=1):
