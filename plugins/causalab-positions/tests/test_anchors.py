@@ -70,6 +70,7 @@ def test_a_multi_token_value_gives_every_token():
 
 TEMPLATES = {
     "plain": models.CHAT_TEMPLATE,
+    "bos": "{{ bos_token }}" + models.CHAT_TEMPLATE,
     "bracketed": "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
                  "{% if add_generation_prompt %}[assistant]{% endif %}",
 }
@@ -96,6 +97,9 @@ def test_a_chat_turn_position_is_the_last_token_of_that_turns_text(template, sys
     assert ("system" in row.segments) == system and "generation" in row.segments
     missing = ScopedIndexResolver().resolve({"index": 0, "scope": {"segment": "user[5]"}}, row)
     assert missing.reason == NO_SEGMENT
+    # The template decides the BOS: rendered once where it writes one, never added behind it.
+    assert row.ids.count(tok.bos_token_id) == (template == "bos")
+    assert (row.ids[0] == tok.bos_token_id) == (template == "bos")
 
 
 def test_a_variable_is_found_inside_a_turn_only():

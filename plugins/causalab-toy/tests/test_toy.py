@@ -116,3 +116,27 @@ def test_nnsight_loads_a_toy_key_offline(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     predicted, expected = done.stdout.strip().splitlines()[-1].split("|")
     assert predicted == expected
+
+
+@pytest.mark.parametrize("name", sorted(THRESHOLDS))
+def test_a_chat_prompt_starts_with_the_one_bos_the_model_was_trained_with(name):
+    """The template renders the BOS; causalab adds none behind it, so chat and plain prompts both start with one."""
+    from causalab_core.compiler.prompts import tokenize_inputs
+    from causalab_toy.tokenizer import CHAT_TEMPLATE
+
+    _, tokenizer = load(name)
+    assert tokenizer.chat_template == CHAT_TEMPLATE
+    messages = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"},
+                {"role": "user", "content": "tell me"}]
+    row = {"chat": messages, "plain": "Q : hello"}
+    texts = tokenize_inputs(["chat", "plain"], (row,), tokenizer)
+    bos = tokenizer.bos_token_id
+    for name_ in ("chat", "plain"):
+        ids = texts[name_][0].ids
+        assert ids[0] == bos and ids.count(bos) == 1, (name_, ids)
+    chat = texts["chat"][0]
+    # The turn's text still maps to its own tokens: the BOS shifts them by one and takes no characters.
+    words = ["<s>", "user", ":", "hello", ".", "assistant", ":", "hi", ".", "user", ":", "tell", "me", ".", "assistant", ":"]
+    assert tokenizer.convert_ids_to_tokens(list(chat.ids)) == words
+    start, end = chat.segments["user[1]"]
+    assert chat.text[start:end] == "tell me" and chat.offsets[0] == (0, len("<s>"))

@@ -7,8 +7,10 @@ checkpoint's recipe must not move when test tooling changes.
 from __future__ import annotations
 
 SPECIALS = ("<pad>", "<unk>", "<s>", "</s>")
+# The template renders the BOS the models were trained with: a rendered conversation is tokenized
+# without special tokens (causalab never adds one behind the template).
 CHAT_TEMPLATE = (
-    "{% for m in messages %}{{ m['role'] }} : {{ m['content'] }} . {% endfor %}"
+    "{{ bos_token }}{% for m in messages %}{{ m['role'] }} : {{ m['content'] }} . {% endfor %}"
     "{% if add_generation_prompt %}assistant :{% endif %}"
 )
 
