@@ -100,7 +100,12 @@ def test_chat_turn_patches_the_last_token_of_the_second_user_message(tmp_path):
     content = json.loads((tmp_path / "o" / "iia.json").read_text())
     rows = [json.loads(line) for line in (ROOT / "documents" / "data" / "chat" / "test.jsonl").read_text().splitlines()]
     assert any(r["base"][0]["role"] == "system" for r in rows) and any(r["base"][0]["role"] == "user" for r in rows)
+    assert len({json.dumps(r, sort_keys=True) for r in rows}) == len(rows), "the chat rows are distinct"
     for row, got in zip(rows, content["positions"]["patch"]["rows"]):
         assert got["tokens"] == [row["day"]]
+        # Counted by hand, not by the template: the BOS the template renders, then "role : content ." per turn;
+        # the day is the last word of the last turn.
+        words = 1 + sum(len(f"{m['role']} : {m['content']} .".split()) for m in row["base"])
+        assert got["window"] == [words - 2]
     for row, got in zip(rows, content["positions"]["cf_day"]["rows"]):
         assert got["tokens"] == [row["cf_day"]]

@@ -14,7 +14,7 @@ def main() -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("install", help="Put every checkpoint in the Hugging Face cache as causalab-toy/<name>.")
     sub.add_parser("list", help="Print each checkpoint's key, revision and training facts (JSON).")
-    data = sub.add_parser("datasets", help="Write the tasks' train/test JSONL files.")
+    data = sub.add_parser("datasets", help="Write the JSONL files documents read (chat/test.jsonl, entity/test.jsonl).")
     data.add_argument("folder", type=Path)
     args = parser.parse_args()
     if args.command == "install":
