@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/remote.py [--repeats 3] [--doc documents/real/weekdays_layer_sweep.json]
 
-Starts the test server (causalab_ndif.testserver, ~65 s), then, in one client
+Starts the test server (causalab_testing.ndif_server, ~65 s), then, in one client
 process beside it, times interleaved repeats of: compiling the document (load,
 weightless shell, tokenize: the client's share of a remote run), a local run
 end to end (loading the weights, as a user's run does), the local engine's
@@ -79,7 +79,7 @@ def main() -> None:
     sys.path.insert(0, str(ROOT / "plugins/causalab-ndif/tests"))
     from conftest import deployments
 
-    from causalab_ndif.testserver.stack import TestServer
+    from causalab_testing.ndif_server.stack import TestServer
 
     server = TestServer(Path(tempfile.mkdtemp(prefix="ndif-bench-")))
     server.start(deployments())

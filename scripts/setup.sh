@@ -10,12 +10,12 @@ PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
 "${PIP[@]}" install torch==2.13.0
 editable=(-e ".[test]")
 for plugin in plugins/causalab-*/; do
-  [ "$plugin" = plugins/causalab-ndif/ ] && editable+=(-e "${plugin}[testserver]") || editable+=(-e "$plugin")
+  [ "$plugin" = plugins/causalab-testing/ ] && editable+=(-e "${plugin}[ndif-server]") || editable+=(-e "$plugin")
 done
 "${PIP[@]}" install -c constraints.txt "${editable[@]}"
 # The NDIF server the remote tests start: ndif declares Python >= 3.12 but runs
 # on 3.11, so it goes in without its metadata's checks (its needs are the
-# [testserver] extra above), and redis-server comes from Debian.
+# causalab-testing[ndif-server] extra above), and redis-server comes from Debian.
 "${PIP[@]}" install --no-deps --ignore-requires-python -c constraints.txt ndif
 if ! command -v redis-server >/dev/null; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import filecmp
+import importlib.metadata
 import json
 import os
 import shutil
@@ -112,8 +113,8 @@ def test_a_model_the_server_does_not_serve_is_refused_with_what_it_serves(ndif_s
     assert done.returncode == 1
     line = done.stderr.strip()
     assert line.startswith(f"PlanError: model {tiny_llama} is not served by the NDIF server at "
-                           f"{ndif_server.host}; it serves: causalab-toy/entity@"), line
-    assert "causalab-toy/weekdays@" in line and "\n" not in line
+                           f"{ndif_server.host}; it serves: "), line
+    assert "causalab-toy/entity@" in line and "causalab-toy/weekdays@" in line and "\n" not in line
     assert not (tmp_path / "o").exists()
 
 
@@ -129,7 +130,16 @@ def test_an_unreachable_host_is_one_line_naming_it(sweep_doc, tmp_path):
 # -- skew: a client whose causalab differs from the server's --------------------------------------
 
 
-def _client_site(tmp_path: Path, *, package: str = "causalab_metrics", version: str = "0.1.0", edit: bool = False,
+def _installed(package: str) -> str:
+    return importlib.metadata.version(package.replace("_", "-"))
+
+
+def _other(package: str) -> str:
+    """A version of ``package`` that is not the installed one."""
+    return _installed(package) + ".post1"
+
+
+def _client_site(tmp_path: Path, *, package: str = "causalab_metrics", version: str | None = None, edit: bool = False,
                  extra_plugin: bool = False) -> Path:
     """A site folder: this environment, but with its own copy of one causalab package (and maybe one more plugin)."""
     import importlib
@@ -147,7 +157,7 @@ def _client_site(tmp_path: Path, *, package: str = "causalab_metrics", version: 
         with open(copy / "__init__.py", "a") as f:
             f.write("# a local change the server does not have\n")
     short = package.removeprefix("causalab_")
-    _dist_info(site, f"causalab-{short}", version, f"{short} = {package}")
+    _dist_info(site, f"causalab-{short}", version or _installed(package), f"{short} = {package}")
     if extra_plugin:
         (site / "causalab_extra.py").write_text('"""A plugin only the client has."""\n')
         _dist_info(site, "causalab-extra", "0.0.1", "extra = causalab_extra")
@@ -169,12 +179,12 @@ def _run_from(site: Path, server, *args: str):
 
 @pytest.mark.parametrize("package", ["causalab_nnterp", "causalab_featurizers"])
 def test_a_server_with_other_versions_of_what_the_block_runs_is_refused_before_any_work(ndif_server, tmp_path, package):
-    site = _client_site(tmp_path, package=package, version="0.1.1")
+    site = _client_site(tmp_path, package=package, version=_other(package))
     document = ROOT / "documents/real/weekdays_das.json"  # its block runs nnterp's code and featurizers' DAS
     done = _run_from(site, ndif_server, document, "--engine", "ndif", "--out", tmp_path / "o")
     assert done.returncode == 1, done.stderr
     line = done.stderr.strip()
-    named = f"{package.replace('_', '-')} (client 0.1.1, server 0.1.0)"
+    named = f"{package.replace('_', '-')} (client {_other(package)}, server {_installed(package)})"
     assert line.startswith(f"EngineError: the NDIF server at {ndif_server.host} does not have what this client "
                            f"would run there: {named}. "), line
     assert not (tmp_path / "o").exists()
@@ -182,12 +192,13 @@ def test_a_server_with_other_versions_of_what_the_block_runs_is_refused_before_a
 
 def test_a_server_without_client_only_plugins_is_accepted_without_a_flag(ndif_server, tmp_path):
     """Metrics, positions and engines run on the client: their versions and sources are none of the server's business."""
-    site = _client_site(tmp_path, package="causalab_metrics", version="0.1.1", edit=True, extra_plugin=True)
+    site = _client_site(tmp_path, package="causalab_metrics", version=_other("causalab_metrics"), edit=True,
+                        extra_plugin=True)
     done = _run_from(site, ndif_server, SWEEP, "--engine", "ndif", "--out", tmp_path / "o")
     assert done.returncode == 0, done.stderr
     record = json.loads((tmp_path / "o" / "run.json").read_text())
     assert "skew" not in record and set(record["server_causalab"]) >= {"causalab-core", "causalab-nnterp"}
-    assert record["components"]["metric"]["iia"] == "causalab-metrics 0.1.1"
+    assert record["components"]["metric"]["iia"] == f"causalab-metrics {_other('causalab_metrics')}"
 
 
 def test_same_version_other_sources_is_caught_by_the_servers_own_digest(ndif_server, tmp_path):
@@ -196,7 +207,7 @@ def test_same_version_other_sources_is_caught_by_the_servers_own_digest(ndif_ser
     assert done.returncode == 1, done.stderr
     line = done.stderr.strip().splitlines()[-1]  # above it: nnsight's job status lines
     assert line.startswith("EngineError: the server's causalab sources differ from the client's: causalab-nnterp "
-                           "(client 0.1.0 "), line
+                           f"(client {_installed('causalab_nnterp')} "), line
     assert "Traceback" not in done.stderr and not (tmp_path / "o").exists()
 
     verbose = _run_from(site, ndif_server, SWEEP, "--engine", "ndif", "--out", tmp_path / "o", "--verbose")
@@ -271,3 +282,104 @@ def test_a_loaded_featurizer_travels_to_the_server_and_a_decoy_at_its_path_chang
     with_decoy, without_file = json.loads(done.stdout.strip().splitlines()[-1])
     # The server used the client's trained rotation: the numbers of a local run with the real file, bit for bit.
     assert with_decoy == without_file == expected
+
+
+# -- the served dtype, said aloud ---------------------------------------------------------------------
+
+
+def _gpt2_document(write_doc, tiny_gpt2):
+    from causalab_testing.data import sweep_document, weekday_rows
+
+    return write_doc(sweep_document(str(tiny_gpt2), layers=(1, 2)), weekday_rows(8))
+
+
+def test_a_deployment_in_another_dtype_warns_in_one_line_and_is_recorded(ndif_server, write_doc, tiny_gpt2, tmp_path):
+    document = _gpt2_document(write_doc, tiny_gpt2)  # a float32 document; the server holds tiny-gpt2 in bfloat16
+    done = ndif_server.run([CAUSALAB, "run", str(document), "--engine", "ndif", "--out", str(tmp_path / "o")])
+    assert done.returncode == 0, done.stderr
+    warnings = [line for line in done.stderr.splitlines() if line.startswith("warning:")]
+    assert warnings == [f"warning: the NDIF server at {ndif_server.host} serves {tiny_gpt2} in bfloat16, not the "
+                        "document's float32: its numbers are not those of a float32 run (recorded in run.json; "
+                        "--option require_dtype=true refuses)"]
+    record = json.loads((tmp_path / "o" / "run.json").read_text())
+    assert record["dtype_mismatch"] == {"document": "float32", "served": "bfloat16"}
+    assert record["served_dtype"] == "torch.bfloat16"
+
+
+def test_require_dtype_refuses_another_dtype_before_any_work(ndif_server, write_doc, tiny_gpt2, tmp_path):
+    document = _gpt2_document(write_doc, tiny_gpt2)
+    done = ndif_server.run([CAUSALAB, "run", str(document), "--engine", "ndif", "--out", str(tmp_path / "o"),
+                            "--option", "require_dtype=true"])
+    assert done.returncode == 1
+    assert done.stderr == (f"EngineError: the NDIF server at {ndif_server.host} serves {tiny_gpt2} in bfloat16, not "
+                           "the document's float32: its numbers are not those of a float32 run\n")
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_deployment_in_the_documents_dtype_says_nothing(ndif_server, tmp_path):
+    done = ndif_server.run([CAUSALAB, "run", str(SWEEP), "--engine", "ndif", "--out", str(tmp_path / "o"),
+                            "--option", "require_dtype=true"])
+    assert done.returncode == 0, done.stderr
+    assert "warning" not in done.stderr
+    assert "dtype_mismatch" not in json.loads((tmp_path / "o" / "run.json").read_text())
+
+
+TAMPERED_CLIENT = """
+import dataclasses, json, sys
+
+from causalab_core import api
+from causalab_core.errors import CausalabError
+from causalab_core.ir import FeaturizerRef
+from causalab_core.plugins import registry
+
+
+def tamper(obj):
+    # A trained state whose bytes no longer match the digest the client recorded: what only the place
+    # that uses the tensors can see (here, inside the block; remotely, on the server).
+    if isinstance(obj, FeaturizerRef) and obj.state:
+        return dataclasses.replace(obj, state=obj.state[:-1] + bytes([obj.state[-1] ^ 1]))
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.replace(obj, **{f.name: tamper(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init})
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(tamper(x) for x in obj)
+    if isinstance(obj, dict):
+        return {k: tamper(v) for k, v in obj.items()}
+    return obj
+
+
+plan = tamper(api.plan(sys.argv[1]))
+told = {}
+for engine in ("nnterp", "ndif"):
+    try:
+        registry().get("engine", engine)().execute(plan, featurizers=api.featurizer_classes(plan, registry()))
+    except CausalabError as error:
+        told[engine] = [type(error).__name__, error.one_line(), error.exit_code, bool(getattr(error, "server_traceback", None))]
+print(json.dumps(told))
+"""
+
+
+def test_an_error_only_the_server_can_see_is_the_local_line_and_exit_code(ndif_server, tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    from causalab_core import api
+    from causalab_core.compiler.featurizers import identity
+    from causalab_core.ir import FeaturizerRef
+
+    document = json.loads((ROOT / "documents/real/weekdays_das.json").read_text())
+    document["featurizers"]["das"] = {"kind": "das", "rank": 8, "load": "q.safetensors"}
+    document["sweep"] = {"layer": [5], "pos": [-1]}
+    path = tmp_path / "das.json"
+    path.write_text(json.dumps(document))
+    probe = api.plan(SWEEP)
+    site = next(w.site for p in probe.points for s in p.steps for w in getattr(s, "writes", ())
+                if w.site.layer == 5 and w.site.component == "block_input")
+    save_file({"rotation": torch.eye(64)}, tmp_path / "q.safetensors",
+              metadata=identity(probe.model, site, -1, FeaturizerRef("das", "das", {"rank": 8})))
+
+    done = ndif_server.run([sys.executable, "-c", TAMPERED_CLIENT, str(path)])
+    assert done.returncode == 0, done.stderr
+    told = json.loads(done.stdout.strip().splitlines()[-1])
+    line = "EngineError: featurizer 'das': its trained state does not match the digest the client recorded"
+    assert told["nnterp"] == ["EngineError", line, 1, False]
+    assert told["ndif"] == ["EngineError", line, 1, True]  # raised on the server; its traceback came along

@@ -32,4 +32,6 @@ def causalab_provenance(engine: str, remote: bool, plan: Any, details: dict[str,
               "server_causalab": details["server_causalab"]}
     if details["skew"]:
         record["skew"] = details["skew"]
+    if details.get("dtype_mismatch"):
+        record["dtype_mismatch"] = details["dtype_mismatch"]
     return record

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -27,3 +28,28 @@ def env(
     with reported(verbose):
         server = describe(host or resolved_host())
     Console(highlight=False).print(side_by_side(environment(registry()), server))
+
+
+@ndif.command("server-requirements")
+def server_requirements(
+    documents: Annotated[list[Path], typer.Argument(help="The documents the server must run.")],
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show the full traceback of an error.")] = False,
+) -> None:
+    """The pinned requirement lines an NDIF server needs to run these documents: exactly what the preflight compares.
+
+    Compiled here (no weights). A server image installs these lines (causalab's
+    own with --no-deps; see the plugin README's Dockerfile) and nothing else of causalab.
+    """
+    from causalab_core import api
+    from causalab_core.cli import reported
+    from causalab_core.plugins import registry
+
+    from causalab_ndif.preflight import server_requirements as needed
+
+    with reported(verbose):
+        installed = registry()
+        classes = {}
+        for document in documents:
+            classes.update(api.featurizer_classes(api.plan(document, registry=installed), installed))
+        lines = [f"{name}=={version}" for name, version in needed(installed, classes).items() if version]
+    typer.echo("\n".join(lines))

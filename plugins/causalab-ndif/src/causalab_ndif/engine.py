@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import sys
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
+from causalab_core.contracts import remote_host
 from causalab_core.errors import EngineError
 from causalab_nnterp import NnterpEngine
 
 from causalab_ndif import preflight
-from causalab_ndif.remote_errors import local_error
+from causalab_ndif.remote_errors import bounded, local_error
 from causalab_ndif.server import resolved_host, served_models, server_env
 
 
@@ -19,6 +21,10 @@ class NdifOptions(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     allow_skew: bool = False
     """Run even where the server's packages or causalab sources differ from this client's (recorded in run.json)."""
+    require_dtype: bool = False
+    """Refuse, rather than warn, when the deployment serves another dtype than the document's."""
+    timeout: float = Field(default=600, gt=0)
+    """Seconds the whole remote job may take, from sending it to its results being home."""
 
 
 class NdifEngine(NnterpEngine):
@@ -39,41 +45,79 @@ class NdifEngine(NnterpEngine):
     def run(self, plan, remote, batch_size, classes):
         """Check the server, send the session, and keep what it said about itself in ``details``."""
         from causalab_core.plugins import registry
-        from causalab_core.provenance import causalab_digests, watched_versions
+        from causalab_core.provenance import causalab_digests
 
-        host = remote if isinstance(remote, str) and "://" in remote else resolved_host()
-        reg = registry()
-        block = block_distributions(reg, classes)
-        client = {name: d for name, d in causalab_digests(reg)["distributions"].items() if name in block}
-        wanted = {**watched_versions(), **{name: d["version"] for name, d in client.items()}}
+        host = remote_host(remote) or resolved_host()
+        installed = registry()  # what this client has installed; the run's own registry chose ``classes``
+        block = preflight.block_distributions(installed, classes)
+        client = {name: d for name, d in causalab_digests(installed)["distributions"].items() if name in block}
+        wanted = preflight.server_requirements(installed, classes)
         skew = preflight.check(host, wanted, server_env(host).get("packages", {}), self.options.allow_skew)
         model = self.model(plan)
         shown = f"{plan.model.key}@{plan.model.revision}" if plan.model.revision else plan.model.key
-        preflight.refuse_unserved(model.to_model_key(), served_models(host), host, shown)
+        deployments = served_models(host)
+        preflight.refuse_unserved(model.to_model_key(), deployments, host, shown)
+        announced = deployments[model.to_model_key()].get("dtype")
+        mismatch = self._check_dtype(announced, plan.model.dtype, host, shown)
+        status = StatusLine(sys.stderr)
         try:
-            # nnsight prints the job's status lines on stdout; stdout is for what a run wrote.
-            with contextlib.redirect_stdout(sys.stderr):
+            with contextlib.redirect_stdout(status), bounded(self.options.timeout, host):
                 results, served = run_remote(model, plan, batch_size, classes, host, client, self.options.allow_skew)
         except Exception as exc:  # what the server raised, or what stopped the request
             raise local_error(exc, host) from None
+        finally:
+            status.end_line()
+        if dtype_name(served["served_dtype"]) != dtype_name(announced):  # /status said otherwise, or nothing
+            mismatch = self._check_dtype(served["served_dtype"], plan.model.dtype, host, shown)
         self.details = {
             "host": host,
             "served_dtype": served["served_dtype"],
+            "dtype_mismatch": mismatch,
             "server_causalab": served["causalab"],
             "skew": {name: list(pair) for name, pair in {**skew, **served["skew"]}.items()},
         }
         return results
 
+    def _check_dtype(self, served: str | None, asked: str, host: str, shown: str) -> dict[str, str] | None:
+        """Say it aloud when the deployment's dtype is not the document's (refuse with ``require_dtype``)."""
+        if served is None or dtype_name(served) == asked:
+            return None
+        message = (f"the NDIF server at {host} serves {shown} in {dtype_name(served)}, not the document's {asked}: "
+                   f"its numbers are not those of a {asked} run")
+        if self.options.require_dtype:
+            raise EngineError(message)
+        print(f"warning: {message} (recorded in run.json; --option require_dtype=true refuses)", file=sys.stderr)
+        return {"document": asked, "served": dtype_name(served)}
 
-def block_distributions(registry, classes) -> set[str]:
-    """The causalab distributions the block imports on the server, and so the only ones compared with it:
-    core (the plan, the runtime), the distribution of the block's code (causalab-nnterp), and the providers
-    of the featurizers the plan uses. Client-only plugins (metrics, positions, engines) never run there."""
-    import causalab_nnterp
 
-    owners = {p.module.__name__.split(".")[0]: p.distribution for p in registry.plugins}
-    needed = {"causalab-core", owners[causalab_nnterp.__name__]}
-    return needed | {registry.provider("featurizer", kind).distribution for kind in classes}
+class StatusLine(io.TextIOBase):
+    """Where nnsight's job status goes: stderr, since stdout is for what a run wrote. nnsight redraws one
+    line in place and ends it only on a final status, so a job cut short leaves it open: ``end_line``."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.open = False
+
+    def write(self, text: str) -> int:
+        if text:
+            self.open = not text.endswith("\n")
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    def end_line(self) -> None:
+        if self.open:
+            self.stream.write("\n")
+            self.open = False
+
+
+def dtype_name(dtype: str | None) -> str | None:
+    """``bfloat16`` for ``torch.bfloat16`` or ``bfloat16``."""
+    return None if dtype is None else str(dtype).removeprefix("torch.")
 
 
 def run_remote(model, plan, batch_size, classes, host, client, allow_skew):

@@ -93,7 +93,8 @@ def side_by_side(client: dict[str, Any], server: dict[str, Any]) -> Group:
         right = _cell(theirs["version"], theirs["digest"]) if theirs else "not installed"
         same = mine is not None and theirs is not None and mine["version"] == theirs["version"] and (
             theirs["digest"] is None or mine["digest"] == theirs["digest"])
-        packages.add_row(name, left, right, "" if same else "differs")
+        # A server needs only what a block imports (`causalab ndif server-requirements`): lacking the rest is fine.
+        packages.add_row(name, left, right, "" if same else "client only" if theirs is None else "differs")
     if server.get("causalab") is None:
         packages.caption = "server digests not checked: no served model's checkpoint is on this client"
 

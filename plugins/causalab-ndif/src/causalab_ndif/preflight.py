@@ -2,7 +2,7 @@
 
 Two checks, both from the server's own answers. ``/env``: the watched packages
 and the causalab distributions the plan's block imports (core, causalab-nnterp,
-the providers of the plan's featurizers: ``engine.block_distributions``) must be
+the providers of the plan's featurizers: :func:`block_distributions`) must be
 installed there at the same versions; client-only plugins are not compared.
 ``/status``: the document's model must be deployed (HOT). The source digests
 of the same distributions are compared again inside the block, where the
@@ -17,12 +17,18 @@ from causalab_ndif.environment import installed_version
 from causalab_core.errors import EngineError, PlanError
 
 
+def public(version: str | None) -> str | None:
+    """A version without its local label: ``2.13.0`` for ``2.13.0+cpu``. A CPU client and a CUDA server
+    run the same release of torch; the build they run it on is not a version difference."""
+    return None if version is None else version.split("+", 1)[0]
+
+
 def version_skew(client: dict[str, str | None], packages: dict[str, str]) -> dict[str, tuple[str | None, str | None]]:
-    """``{package: (client version, server version)}`` for every package whose versions differ."""
+    """``{package: (client version, server version)}`` for every package whose (public) versions differ."""
     skew = {}
     for name, mine in client.items():
         theirs = installed_version(packages, name)
-        if mine != theirs:
+        if public(mine) != public(theirs):
             skew[name] = (mine, theirs)
     return skew
 
@@ -60,3 +66,27 @@ def check(host: str, client: dict[str, str | None], packages: dict[str, str], al
     if skew and not allow_skew:
         raise EngineError(describe_skew(skew, host))
     return skew
+
+
+def block_distributions(installed, classes) -> set[str]:
+    """The causalab distributions the block imports on the server, and so the only ones compared with it:
+    core (the plan, the runtime), the distribution of the block's code (causalab-nnterp), and the
+    installed distributions of the featurizer classes the engine was handed (whichever registry chose
+    them; a class from no installed plugin has no server copy to compare). Client-only plugins (metrics,
+    positions, engines) never run there."""
+    import causalab_nnterp
+
+    owners = {p.module.__name__.split(".")[0]: p.distribution for p in installed.plugins}
+    modules = [causalab_nnterp.__name__, *(cls.__module__ for cls in classes.values())]
+    return {"causalab-core"} | {owners[m.split(".")[0]] for m in modules if m.split(".")[0] in owners}
+
+
+def server_requirements(installed, classes) -> dict[str, str | None]:
+    """``{package: version}`` a server needs to run a block handed ``classes``: the watched packages and
+    the causalab distributions it imports, at this client's versions. What the preflight compares, and
+    what ``causalab ndif server-requirements`` prints."""
+    from causalab_core.provenance import causalab_digests, watched_versions
+
+    versions = {name: d["version"] for name, d in causalab_digests(installed)["distributions"].items()}
+    wanted = {**watched_versions(), **{name: versions[name] for name in sorted(block_distributions(installed, classes))}}
+    return {name: public(version) for name, version in wanted.items()}

@@ -54,13 +54,34 @@ def marked_pids(token: str) -> list[int]:
     return found
 
 
+def pids_using(folder: Path) -> list[int]:
+    """Every live process with ``folder`` in its command line or an open file under it.
+
+    Ray's agents are started without the environment that carries the mark,
+    but each holds its log files in the session folder open.
+    """
+    needle = str(folder)
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle.encode() in (entry / "cmdline").read_bytes() or any(
+                    os.readlink(fd).startswith(needle) for fd in (entry / "fd").iterdir()):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
 @dataclass
 class Deployment:
-    """One checkpoint to serve: its remote model key and its weights' size in bytes."""
+    """One checkpoint to serve: its remote model key, its weights' size in bytes, the dtype it is served in."""
 
     checkpoint: str
     model_key: str
     size_bytes: int
+    dtype: str = "float32"
 
 
 @dataclass
@@ -74,6 +95,8 @@ class TestServer:
     isolated: bool = field(default_factory=namespaces_allowed)
     holder: subprocess.Popen | None = None
     spawned: list[subprocess.Popen] = field(default_factory=list)
+    ray_dir: Path | None = None
+    """Ray's session folder (sockets, logs); outside ``workdir`` because a socket path must stay short."""
 
     @property
     def host(self) -> str:
@@ -92,8 +115,8 @@ class TestServer:
             "NDIF_OBJECT_STORE_SECRET_KEY": "testing",
             "NDIF_RAY_ADDRESS": "ray://127.0.0.1:10001",
             "NDIF_API_URL": HOST,
-            "NDIF_MODEL_IMPORT_PATH": "causalab_ndif.testserver.actors.CPUModelActor",
-            "NDIF_CONTROLLER_IMPORT_PATH": "causalab_ndif.testserver.actors.CPUControllerActor",
+            "NDIF_MODEL_IMPORT_PATH": "causalab_testing.ndif_server.actors.CPUModelActor",
+            "NDIF_CONTROLLER_IMPORT_PATH": "causalab_testing.ndif_server.actors.CPUControllerActor",
             "NDIF_DEFAULT_DTYPE": "float32",
             "NDIF_MINIMUM_DEPLOYMENT_TIME_SECONDS": "0",
             "GUNICORN_CMD_ARGS": f"--bind 127.0.0.1:{API_PORT}",
@@ -136,11 +159,11 @@ class TestServer:
             self._spawn("redis", ["redis-server", "--bind", "127.0.0.1", "--port", "6379", "--save", "",
                                   "--appendonly", "no"])
             self._spawn("s3", [str(Path(self.python).parent / "moto_server"), "-H", "127.0.0.1", "-p", "9000"])
-            ray_dir = tempfile.mkdtemp(prefix="clray-", dir="/tmp")
+            self.ray_dir = Path(tempfile.mkdtemp(prefix="clray-", dir="/tmp"))
             resources = {"head": 10, "cuda_memory_bytes": 8 << 30, "cpu_memory_bytes": 8 << 30}
             head = self.run(["ray", "start", "--head", "--node-ip-address=127.0.0.1", "--port=6385",
                              "--num-gpus=1", f"--resources={json.dumps(resources)}",
-                             "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--temp-dir={ray_dir}",
+                             "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--temp-dir={self.ray_dir}",
                              "--disable-usage-stats"], timeout=120)
             if head.returncode != 0:
                 raise RuntimeError(f"ray start failed: {head.stdout[-2000:]}{head.stderr[-2000:]}")
@@ -170,7 +193,7 @@ class TestServer:
 
     def _deploy(self, deployments: list[Deployment], deadline: float) -> None:
         specs = [{"checkpoint": d.checkpoint, "model_key": d.model_key, "size_bytes": d.size_bytes,
-                  "dtype": "float32", "pinned": True, "padding_bias": 0} for d in deployments]
+                  "dtype": d.dtype, "pinned": True, "padding_bias": 0} for d in deployments]
         script = ("import json, sys\nfrom ndif.cli.lib.deploy import deploy\n"
                   "result = deploy(json.loads(sys.argv[1]))\n"
                   "bad = [d for d in result['deployments'] if d['status'] != 'READY']\n"
@@ -183,7 +206,8 @@ class TestServer:
     def running(self) -> list[int]:
         """Ids of this server's processes that are still alive."""
         spawned = [p.pid for p in self.spawned if p.poll() is None]
-        return sorted(set(marked_pids(self.token)) | set(spawned))
+        ray = pids_using(self.ray_dir) if self.ray_dir is not None else []
+        return sorted(set(marked_pids(self.token)) | set(spawned) | set(ray))
 
     def stop(self) -> list[int]:
         """Kill every process this server started, by id; returns the ids that were running."""
@@ -199,4 +223,6 @@ class TestServer:
                 time.sleep(0.2)
         for process in [*self.spawned, *([self.holder] if self.holder else [])]:
             process.wait(timeout=10)
+        if self.ray_dir is not None:  # its logs hold the server's environment, API key included
+            shutil.rmtree(self.ray_dir, ignore_errors=True)
         return pids
