@@ -4,7 +4,11 @@ A folder is causalab's when its ``manifest.json`` lists every file in it with
 the sha256 causalab wrote; ``--force`` replaces only such a folder (or an
 empty one). The new folder is written beside the old one and swapped in with
 SIGINT/SIGTERM deferred; a run killed mid-swap leaves ``.NAME.replaced.PID``,
-which the next run on that path puts back or removes.
+which the next run on that path puts back or removes. A folder causalab deletes
+is marked first (``.causalab-removing``, deleted last), so a deletion cut short
+is still recognised and finished by the next run. ``add_file`` announces a file
+in the manifest (``pending``) before writing it through ``.NAME.PID.part``, so a
+plot cut short leaves only what causalab recognises and cleans up.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ MANIFEST = "manifest.json"
 MARK = "causalab output"
 PARTIAL = ".causalab-partial"
 """Marks a folder causalab is still writing: only such a folder (or a causalab output) is ever cleaned up."""
+REMOVING = ".causalab-removing"
+"""Marks a folder causalab is deleting: removed last, so a deletion cut short is finished by the next run."""
 NAME_LIMIT = 200
 """Longest --out name in bytes: the temporary sibling adds a pid and a suffix, and names stop at 255."""
 
@@ -39,11 +45,15 @@ def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _manifest(digests: dict[str, str]) -> bytes:
-    return (json.dumps({"written_by": MARK, "files": dict(sorted(digests.items()))}, indent=1) + "\n").encode()
+def _manifest(digests: dict[str, str], pending: dict[str, str] | None = None) -> bytes:
+    listing = {"written_by": MARK, "files": dict(sorted(digests.items()))}
+    if pending:  # files add_file is writing: each may hold its listed bytes or these
+        listing["pending"] = dict(sorted(pending.items()))
+    return (json.dumps(listing, indent=1) + "\n").encode()
 
 
-def _read_manifest(folder: Path) -> dict[str, str] | None:
+def _read_listing(folder: Path) -> tuple[dict[str, str], dict[str, str]] | None:
+    """The files a causalab manifest lists, and those it announces (``pending``); None for no manifest."""
     path = folder / MANIFEST
     try:
         if not path.is_file() or path.is_symlink():
@@ -53,7 +63,13 @@ def _read_manifest(folder: Path) -> dict[str, str] | None:
         return None
     if not isinstance(listing, dict) or listing.get("written_by") != MARK or not isinstance(listing.get("files"), dict):
         return None
-    return listing["files"]
+    pending = listing.get("pending", {})
+    return listing["files"], pending if isinstance(pending, dict) else {}
+
+
+def _read_manifest(folder: Path) -> dict[str, str] | None:
+    listing = _read_listing(folder)
+    return None if listing is None else listing[0]
 
 
 def _leftover(name: str) -> re.Pattern:
@@ -62,20 +78,66 @@ def _leftover(name: str) -> re.Pattern:
     return re.compile(rf"\.{n}\.(?:replaced\.(?P<old>\d+)|(?P<new>\d+)\.[^./]+\.tmp)")
 
 
+_PART = re.compile(r"\.(?P<target>.+)\.(?P<pid>\d+)\.part")
+"""What ``add_file`` writes before renaming it over ``target``."""
+
+
 def _is_causalabs(folder: Path) -> bool:
-    """A folder causalab made: a finished output, one still being written, or an empty one it moved aside."""
+    """A folder causalab made: a finished output, one still being written or deleted, or an empty one it moved aside."""
     if folder.is_symlink() or not folder.is_dir():
         return False
-    return (folder / PARTIAL).is_file() or _read_manifest(folder) is not None or not any(folder.iterdir())
+    return ((folder / PARTIAL).is_file() or (folder / REMOVING).is_file() or _read_manifest(folder) is not None
+            or not any(folder.iterdir()))
+
+
+def _remove(folder: Path) -> None:
+    """Delete a folder causalab made, its mark last: cut short, it is still recognised, and finished next time."""
+    if not folder.is_dir() or folder.is_symlink():
+        return
+    (folder / REMOVING).touch()
+    for entry in folder.iterdir():
+        if entry.name == REMOVING:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+        _step(f"removed {entry.name}")
+    (folder / REMOVING).unlink()
+    folder.rmdir()
+
+
+def _dead_parts(folder: Path) -> list[Path]:
+    """``add_file``'s part files in a causalab output that a process no longer running left behind."""
+    listing = _read_listing(folder)
+    if listing is None:
+        return []
+    known = set(listing[0]) | set(listing[1]) | {MANIFEST}
+    found = []
+    for root, subdirs, names in os.walk(folder):
+        subdirs[:] = [d for d in subdirs if not (Path(root) / d).is_symlink()]
+        rel_root = Path(root).relative_to(folder)
+        for name in names:
+            part = _PART.fullmatch(name)
+            path = Path(root) / name
+            if part and str(rel_root / part["target"]) in known and not _pid_running(int(part["pid"])) \
+                    and path.is_file() and not path.is_symlink():
+                found.append(path)
+    return found
 
 
 def first_foreign(folder: Path) -> str | None:
-    """The first path in ``folder`` (sorted) that causalab did not write there, or None."""
-    listed = _read_manifest(folder)
-    if listed is None:
+    """The first path in ``folder`` (sorted) that causalab did not write there, or None.
+
+    What causalab left there itself (a dead process's part files) is never counted.
+    """
+    listing = _read_listing(folder)
+    if listing is None:
         entries = sorted(p.name for p in folder.iterdir())
         return f"{entries[0]} (the folder has no causalab {MANIFEST})" if entries else None
-    dirs = {str(p) for rel in listed for p in Path(rel).parents} | {"."}
+    listed, pending = listing
+    leftovers = set(_dead_parts(folder))
+    dirs = {str(p) for rel in [*listed, *pending] for p in Path(rel).parents} | {"."}
     for root, subdirs, names in os.walk(folder):
         subdirs.sort()
         rel_root = Path(root).relative_to(folder)
@@ -88,9 +150,11 @@ def first_foreign(folder: Path) -> str | None:
         for name in sorted(names):
             rel = str(rel_root / name)
             path = Path(root) / name
-            if path.is_symlink() or not path.is_file() or rel not in listed:  # a FIFO is never read
-                return rel
-            if _digest(path.read_bytes()) != listed[rel]:
+            if path in leftovers:
+                continue
+            if path.is_symlink() or not path.is_file() or (rel not in listed and rel not in pending):
+                return rel  # a FIFO is never read
+            if _digest(path.read_bytes()) not in (listed.get(rel), pending.get(rel)):
                 return f"{rel} (changed since causalab wrote it)"
     return None
 
@@ -116,10 +180,13 @@ def recover(out: Path) -> None:
         found = pattern.fullmatch(entry.name)
         if not found or _pid_running(int(found["old"] or found["new"])) or not _is_causalabs(entry):
             continue
-        if found["old"] and not out.exists() and not out.is_symlink():
+        if found["old"] and not (entry / REMOVING).exists() and not out.exists() and not out.is_symlink():
             entry.rename(out)
         else:
-            shutil.rmtree(entry, ignore_errors=True)
+            _remove(entry)
+    if out.is_dir() and not out.is_symlink():
+        for part in _dead_parts(out):
+            part.unlink()
 
 
 def _protected(out: Path, protected: Iterable[Path]) -> str | None:
@@ -240,26 +307,64 @@ def _write_folder(out: Path, files: dict[str, bytes]) -> None:
                 if moved:
                     old.rename(out)
                 raise
+            if moved:
+                (old / REMOVING).touch()  # from here on, whatever stops the deletion, the next run finishes it
         _step("swapped")
         if moved:
-            shutil.rmtree(old)
+            _remove(old)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove(tmp)  # marked before anything goes: a second signal here leaves what the next run removes
         raise
 
 
+def _replace(target: Path, content: bytes) -> None:
+    """``target`` holds its old bytes or ``content``, never a mix: written beside it, then renamed over it."""
+    part = target.with_name(f".{target.name}.{os.getpid()}.part")
+    try:
+        part.write_bytes(content)
+        _step(f"part {target.name}")
+        part.replace(target)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
+
+
+def _settled(folder: Path, listed: dict[str, str], pending: dict[str, str]) -> dict[str, str]:
+    """The files listed once what an add_file cut short announced is resolved: each holds what is on disk."""
+    files = dict(listed)
+    for rel, digest in pending.items():
+        path = folder / rel
+        if path.is_file() and not path.is_symlink() and _digest(path.read_bytes()) == digest:
+            files[rel] = digest
+    return files
+
+
 def add_file(folder: Path, rel: str, data: bytes) -> Path:
-    """Add (or replace) one file of a causalab output folder and list it in the manifest."""
-    listed = _read_manifest(folder)
-    if listed is None:
-        raise OutputError(f"{folder}: not a causalab output folder (no {MANIFEST})")
+    """Add (or replace) one file of a causalab output folder and list it in the manifest.
+
+    Safe when cut short at any moment: the manifest announces the file before it is written, and only
+    then lists it; the next add_file or run on the folder recognises and removes what was left.
+    """
+    try:
+        return _add_file(folder, rel, data)
+    except OSError as exc:
+        raise OutputError(f"{shorten(str(folder / rel))}: cannot write it: {exc.strerror or exc}") from None
+
+
+def _add_file(folder: Path, rel: str, data: bytes) -> Path:
+    listing = _read_listing(folder)
+    if listing is None:
+        raise OutputError(f"{shorten(str(folder))}: not a causalab output folder (no {MANIFEST})")
+    for part in _dead_parts(folder):
+        part.unlink()
+    listed = _settled(folder, *listing)
     path = _inside(folder, rel)
     if path.exists() and (rel not in listed or _digest(path.read_bytes()) != listed[rel]):
-        raise OutputError(f"{path}: exists and was not written by causalab; move it away first")
-    for target, content in ((path, data), (folder / MANIFEST, None)):
-        if content is None:
-            content = _manifest({**listed, rel: _digest(data)})
-        part = target.with_name(f".{target.name}.{os.getpid()}.part")
-        part.write_bytes(content)
-        part.replace(target)
+        raise OutputError(f"{shorten(str(path))}: exists and was not written by causalab; move it away first")
+    digest = _digest(data)
+    _replace(folder / MANIFEST, _manifest(listed, {rel: digest}))  # announced: either bytes are causalab's
+    _step("announced")
+    _replace(path, data)
+    _step("file written")
+    _replace(folder / MANIFEST, _manifest({**listed, rel: digest}))
     return path

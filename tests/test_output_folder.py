@@ -240,6 +240,76 @@ def test_a_run_killed_between_the_two_renames_is_recovered_by_the_next_run(tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o"]
 
 
+@pytest.mark.parametrize("stage", ["the old folder", "the unfinished folder"])
+def test_a_deletion_cut_short_is_recognised_and_finished_by_the_next_run(tmp_path, monkeypatch, stage):
+    out, old, files = old_and_new(tmp_path)
+    calls = []
+
+    def interrupt(name):
+        calls.append(name)
+        if stage == "the unfinished folder" and name == "written":
+            raise KeyboardInterrupt  # the run is stopped, and removing its unfinished folder is stopped too
+        if name == "removed manifest.json":
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(output, "_step", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        output.write_folder(out, files, force=True)
+    assert "removed manifest.json" in calls
+    left = [p for p in tmp_path.iterdir() if p.name != "o"]
+    assert len(left) == 1 and not (left[0] / "manifest.json").exists()  # no longer a causalab output by its manifest
+    assert snapshot(out) in (old, {**files, "manifest.json": snapshot(out).get("manifest.json")})
+    monkeypatch.setattr(output, "_step", lambda name: None)
+    output.write_folder(out, files, force=True)  # the next run on the path finishes the deletion
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o"]
+
+
+def _plotted(out: Path) -> None:
+    output.write_folder(out, {"run.json": b"{}\n", "document.json": b"{}\n"}, force=False)
+    output.add_file(out, "iia.png", b"first plot")
+
+
+@pytest.mark.parametrize("step", ["part manifest.json", "announced", "part iia.png", "file written"])
+def test_a_plot_killed_at_any_moment_leaves_a_folder_causalab_still_owns(tmp_path, monkeypatch, step):
+    out = tmp_path / "o"
+    _plotted(out)
+    pid = os.fork()
+    if pid == 0:  # the child dies hard at this moment of adding the file
+        monkeypatch.setattr(output, "_step", lambda name: os._exit(9) if name == step else None)
+        output.add_file(out, "iia.png", b"second plot")
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert (out / "iia.png").read_bytes() in (b"first plot", b"second plot")
+    assert output.first_foreign(out) is None  # nothing there counts as a user's file
+    output.add_file(out, "iia.png", b"third plot")  # plotting again works, and cleans up
+    listing = json.loads((out / "manifest.json").read_text())
+    assert "pending" not in listing and sorted(p.name for p in out.iterdir()) == ["document.json", "iia.png",
+                                                                                  "manifest.json", "run.json"]
+    _killed_again = os.fork()
+    if _killed_again == 0:
+        monkeypatch.setattr(output, "_step", lambda name: os._exit(9) if name == step else None)
+        output.add_file(out, "iia.png", b"fourth plot")
+        os._exit(0)
+    os.waitpid(_killed_again, 0)
+    output.write_folder(out, {"run.json": b"new\n"}, force=True)  # and --force replaces the folder
+    assert snapshot(out).keys() == {"run.json", "manifest.json"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o"]
+
+
+def test_a_part_file_of_a_dead_plot_is_removed_by_force(doc, tmp_path):
+    out = tmp_path / "mo3"
+    assert cli("run", doc, "--out", out).returncode == 0
+    assert cli("plot", out, "--metric", "iia").returncode == 0
+    (out / ".iia.png.999999.part").write_bytes(b"half a png")  # what a plot killed mid-write left
+    (out / ".notes.txt.999999.part").write_text("mine")  # named alike, but for no file causalab wrote
+    result = cli("run", doc, "--out", out, "--force")
+    assert result.returncode == 2 and ".notes.txt.999999.part" in result.stderr, result.stderr
+    (out / ".notes.txt.999999.part").unlink()
+    result = cli("run", doc, "--out", out, "--force")
+    assert result.returncode == 0, result.stderr
+    assert not (out / ".iia.png.999999.part").exists() and output.first_foreign(out) is None
+
+
 def test_leftovers_of_a_dead_run_are_removed_and_look_alike_user_folders_are_not(doc, tmp_path):
     out = tmp_path / "o"
     assert cli("run", doc, "--out", out).returncode == 0
