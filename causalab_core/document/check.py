@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -99,26 +100,59 @@ def check_references(document: Document) -> None:
             first[key] = i
 
 
-def _sweep_variants(document: Document, spec: Any) -> list[dict]:
-    """A spec's parameters with each swept value filled in (one dict per value of each swept key)."""
+def _sweep_variants(document: Document, spec: Any) -> list[tuple[dict, dict[str, tuple[str, int]]]]:
+    """A spec's parameters at each point: every combination of the axes its parameters take, and for each
+    swept key the axis and index its value came from (a key's axis is one choice, however many keys use it)."""
     base = spec.model_dump()
-    variants = [base]
-    for key, value in base.items():
-        if is_sweep_ref(value):
-            variants = [{**v, key: choice} for v in variants for choice in document.sweep.get(value["sweep"], [])]
+    keys = {key: value["sweep"] for key, value in base.items() if is_sweep_ref(value)}
+    axes = list(dict.fromkeys(keys.values()))
+    variants = []
+    for combo in itertools.product(*(range(len(document.sweep.get(a, []))) for a in axes)):
+        index = dict(zip(axes, combo))
+        chosen = {key: (axis, index[axis]) for key, axis in keys.items()}
+        variants.append(({**base, **{k: document.sweep[a][i] for k, (a, i) in chosen.items()}}, chosen))
     return variants
 
 
-def _check_params(cls: type, spec: Any, where: str, skip: set[str]) -> Any:
+def _check_params(cls: type, spec: Any, where: str, skip: set[str],
+                  swept: dict[str, tuple[str, int]] | None = None) -> Any:
     dumped = spec if isinstance(spec, dict) else spec.model_dump()
     data = {k: v for k, v in dumped.items() if k not in skip}
     try:
         return cls.Params.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
-        path = json_path(tuple(err["loc"]), data).removeprefix("$")
+        loc = tuple(err["loc"])
         msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+        if swept and loc and loc[0] in swept:  # a swept value: named where it is written, like literal ones
+            axis, i = swept[loc[0]]
+            inner = json_path(loc[1:], data[loc[0]]).removeprefix("$")
+            raise DocumentError(f"$.sweep.{axis}[{i}]{inner} (used by {where}.{loc[0]}): {clip(msg)}") from None
+        path = json_path(loc, data).removeprefix("$")
         raise DocumentError(f"{where}{path}: {clip(msg)}") from None
+
+
+def _same_once_checked(document: Document, checked: dict[str, dict[int, list[str]]]) -> None:
+    """Refuse two values of an axis that only featurizer parameters take and that validate to the same
+    parameters (``"3"`` and ``3`` for a rank): each point would run twice."""
+    other_uses = {axis for where, axis in _sweep_refs(document) if not _is_featurizer_param(where)}
+    for axis, by_index in checked.items():
+        if axis in other_uses:
+            continue  # the raw values differ (repeats are refused), and a read or write sees them raw
+        first: dict[tuple, int] = {}
+        for i in sorted(by_index):
+            key = tuple(by_index[i])
+            if key in first:
+                j = first[key]
+                values = document.sweep[axis]
+                uses = ", ".join(sorted({"$.featurizers.{}.{}".format(*json.loads(use)[:2]) for use in key}))
+                raise DocumentError(f"$.sweep.{axis}[{i}] (used by {uses}): {echo(values[i])} checks to the same "
+                                    f"parameters as $.sweep.{axis}[{j}] ({echo(values[j])}); each point would run twice")
+            first[key] = i
+
+
+def _is_featurizer_param(where: str) -> bool:
+    return where.startswith("$.featurizers.") and not where.endswith(".train.seed")
 
 
 def check_plugins(document: Document, registry: Registry) -> dict[str, Any]:
@@ -128,12 +162,19 @@ def check_plugins(document: Document, registry: Registry) -> dict[str, Any]:
         for name, metric in document.metrics.items():
             cls = registry.get("metric", metric.kind, f"$.metrics.{name}.kind")
             metric_params[name] = _check_params(cls, metric, f"$.metrics.{name}", {"kind", "input"})
+        checked: dict[str, dict[int, list[str]]] = {}  # axis -> index -> each featurizer parameter it becomes
         for name, feat in document.featurizers.items():
             cls = registry.get("featurizer", feat.kind, f"$.featurizers.{name}.kind")
-            for values in _sweep_variants(document, feat):
-                _check_params(cls, values, f"$.featurizers.{name}", {"kind", "train"})
+            for values, swept in _sweep_variants(document, feat):
+                params = _check_params(cls, values, f"$.featurizers.{name}", {"kind", "train"}, swept)
+                dumped = params.model_dump(mode="json")
+                for key, (axis, i) in swept.items():
+                    if all(j == 0 or a == axis for a, j in swept.values()):  # vary this axis alone
+                        checked.setdefault(axis, {}).setdefault(i, []).append(
+                            json.dumps([name, key, dumped[key] if key in dumped else values[key]], sort_keys=True))
             if feat.train is not None and not getattr(cls, "trainable", False):
                 raise DocumentError(f"$.featurizers.{name}.train: featurizer kind {echo(feat.kind)} has nothing to train")
+        _same_once_checked(document, checked)
         resolvers = [cls() for cls in registry.components("position").values()]
         for group, specs in (("reads", document.reads), ("writes", document.writes)):
             for name, spec in specs.items():
