@@ -104,6 +104,24 @@ def snapshot(folder: Path, skip: Path) -> dict[str, bytes]:
             if p.is_file() and skip not in p.parents}
 
 
+def scratch(tmp_path_factory, name: str) -> tuple[Path, Path]:
+    """(the example's folder, three levels inside its own; the session's temporary root).
+
+    A write that escapes ``out`` by a few ``..`` lands inside the example's own folder, a farther one in the
+    root beside every other example: both are watched, not just the scratch folder.
+    """
+    own = tmp_path_factory.mktemp(name)
+    tmp = own / "a" / "b" / "c"
+    tmp.mkdir(parents=True)
+    return tmp, tmp_path_factory.getbasetemp()
+
+
+def watched(root: Path, skip: Path) -> dict[str, tuple]:
+    """Every path under the session's temporary root (outside ``skip``), with its type, size and mtime."""
+    return {str(p): (p.is_dir(), p.lstat().st_size, p.lstat().st_mtime_ns) for p in sorted(root.rglob("*"))
+            if p != skip and skip not in p.parents}
+
+
 def assert_one_line(exc: BaseException) -> None:
     event(type(exc).__name__)  # `--hypothesis-show-statistics` shows how deep the examples got
     assert isinstance(exc, CausalabError), f"{type(exc).__name__}: {exc}"
@@ -172,18 +190,19 @@ FUZZ = settings(max_examples=300, derandomize=True, deadline=None, database=None
 @given(mutation=mutations())
 def test_a_mutated_document_plans_or_fails_with_one_line(mutation, tmp_path_factory):
     source, where, action, value, key, how = mutation
-    tmp = tmp_path_factory.mktemp("fuzz")
+    tmp, root = scratch(tmp_path_factory, "fuzz")
     path = workspace(tmp, source)
     document = json.loads(path.read_text())
     path.write_text(dumps(apply(document, where, action, value, key)))
     damage(tmp, how, value)
-    before = snapshot(tmp, tmp / "out")
+    before, around = snapshot(tmp, tmp / "out"), watched(root, tmp / "out")
     try:
         api.plan(path)
         event("planned")
     except BaseException as exc:  # noqa: BLE001  (any exception: the test is what kinds escape)
         assert_one_line(exc)
     assert snapshot(tmp, tmp / "out") == before
+    assert watched(root, tmp / "out") == around
 
 
 run_edits = st.sampled_from([
@@ -198,7 +217,7 @@ run_edits = st.sampled_from([
                                                                                  max_size=3, unique=True) | values,
        force=st.booleans())
 def test_a_mutated_run_writes_only_its_output_folder(edit, value, force, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("fuzzrun")
+    tmp, root = scratch(tmp_path_factory, "fuzzrun")
     path = workspace(tmp, ROOT / "documents" / "examples" / "weekdays_sweep.json")
     document = json.loads(path.read_text())
     node = document
@@ -206,7 +225,7 @@ def test_a_mutated_run_writes_only_its_output_folder(edit, value, force, tmp_pat
         node = node.setdefault(part, {})
     node[edit[-1]] = value
     path.write_text(dumps(document))
-    before = snapshot(tmp, tmp / "out")
+    before, around = snapshot(tmp, tmp / "out"), watched(root, tmp / "out")
     try:
         api.run(path, out=tmp / "out", force=force)
     except BaseException as exc:  # noqa: BLE001
@@ -216,6 +235,9 @@ def test_a_mutated_run_writes_only_its_output_folder(edit, value, force, tmp_pat
         event("ran")
         assert (tmp / "out" / "manifest.json").is_file()
     assert snapshot(tmp, tmp / "out") == before
+    # Beside out, only the folder itself may have changed (its mtime: out was added there).
+    assert {k: v for k, v in watched(root, tmp / "out").items() if k != str(tmp)} == \
+        {k: v for k, v in around.items() if k != str(tmp)}
     assert sorted(p.name for p in tmp.iterdir() if p.name.startswith(".")) == []
 
 
