@@ -7,7 +7,7 @@ import json
 import random
 from typing import Any
 
-from causalab_core.errors import DocumentError
+from causalab_core.errors import DocumentError, echo
 
 
 def solve(model: Any, inputs: dict[str, Any], fixed: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -24,8 +24,9 @@ def variables(model: Any) -> tuple[str, ...]:
     return (*model.inputs, *model.mechanisms)
 
 
-def row(model: Any, base: dict[str, Any], source: dict[str, Any]) -> dict[str, Any]:
-    """One row: both prompts, both answers, each variable of both, and each single intervention's label."""
+def row(model: Any, base: dict[str, Any], source: dict[str, Any], joint: tuple[tuple[str, ...], ...] = ()) -> dict[str, Any]:
+    """One row: both prompts, both answers, each variable of both, each single intervention's label, and the
+    label of each set of variables in ``joint`` (``label_a+b``: the base run takes all of them from the source)."""
     b, s = solve(model, base), solve(model, source)
     out = {}
     for v in variables(model):
@@ -36,6 +37,8 @@ def row(model: Any, base: dict[str, Any], source: dict[str, Any]) -> dict[str, A
     for v in variables(model):
         # The answer if the base run took this one variable's value from the counterfactual run.
         out[f"label_{v}"] = model.answer(solve(model, base, {v: s[v]}))
+    for names in joint:
+        out[f"label_{'+'.join(names)}"] = model.answer(solve(model, base, {v: s[v] for v in names}))
     return out
 
 
@@ -50,10 +53,18 @@ def generate(model: Any, spec: Any, where: str) -> list[dict[str, Any]]:
     if unknown:
         raise DocumentError(f"{where}.intervene: {unknown[0]!r} is not an input variable of causal model "
                             f"{model.name!r} (inputs: {', '.join(model.inputs)})")
-    unknown = [v for v in spec.distinct_labels if v not in variables(model)]
+    for i, names in enumerate(spec.labels):
+        unknown = [v for v in names if v not in variables(model)]
+        if unknown or len(set(names)) != len(names) or not names:
+            what = f"{unknown[0]!r} is not a variable" if unknown else "a set names each variable once, at least one"
+            raise DocumentError(f"{where}.labels[{i}]: {what} of causal model {model.name!r} "
+                                f"(variables: {', '.join(variables(model))})")
+    joint = tuple(tuple(names) for names in spec.labels)
+    known = [*variables(model), *("+".join(names) for names in joint)]
+    unknown = [v for v in spec.distinct_labels if v not in known]
     if unknown:
-        raise DocumentError(f"{where}.distinct_labels: {unknown[0]!r} is not a variable of causal model "
-                            f"{model.name!r} (variables: {', '.join(variables(model))})")
+        raise DocumentError(f"{where}.distinct_labels: {echo(unknown[0])} is not a variable of causal model "
+                            f"{model.name!r} nor a set of its `labels` (labels: {', '.join(known)})")
     rng = random.Random(f"{model.name}-{spec.split}-{spec.seed}")
     rows, seen, tries = [], set(), 0
     while len(rows) < spec.rows:
@@ -71,7 +82,7 @@ def generate(model: Any, spec: Any, where: str) -> list[dict[str, Any]]:
         if key in seen:
             continue
         seen.add(key)
-        made = row(model, base, source)
+        made = row(model, base, source, joint)
         answers = [made["base_answer"], *(made[f"label_{v}"] for v in spec.distinct_labels)]
         if len(set(answers)) == len(answers):
             rows.append(made)

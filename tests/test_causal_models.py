@@ -97,6 +97,9 @@ def test_the_weekdays_test_split_is_what_the_toy_model_never_trained_on():
     ({"intervene": ["colour"]}, "$.data.causal_model.intervene: 'colour' is not an input variable of causal model 'weekdays'"),
     ({"distinct_labels": ["colour"]}, "$.data.causal_model.distinct_labels: 'colour' is not a variable"),
     ({"kind": "moon"}, "unknown causal_model 'moon' at"),
+    ({"labels": [["count", "colour"]]}, "$.data.causal_model.labels[0]: 'colour' is not a variable"),
+    ({"labels": [["day", "day"]]}, "$.data.causal_model.labels[0]: a set names each variable once"),
+    ({"distinct_labels": ["count+day"]}, "$.data.causal_model.distinct_labels: 'count+day' is not a variable"),
     ({"rows": 5000, "split": "test", "intervene": ["count"]}, "$.data.causal_model.rows: causal model 'weekdays' gave only"),
 ])
 def test_a_bad_causal_model_spec_is_one_line(change, message, write_doc):
@@ -105,3 +108,18 @@ def test_a_bad_causal_model_spec_is_one_line(change, message, write_doc):
     with pytest.raises(DocumentError) as raised:
         api.plan(write_doc(document))
     assert message in raised.value.one_line() and "\n" not in raised.value.one_line()
+
+
+def test_an_intervention_on_a_set_of_variables_has_its_own_label():
+    """``labels: [[count, day]]``: the base run takes both inputs from the counterfactual run, so its
+    answer is the counterfactual's own; taking one input alone gives the arithmetic on the other's value."""
+    model = WordWeekdays()
+    spec = CausalModelSpec(kind="word_weekdays", intervene=["count", "day"], rows=40, split="train",
+                           labels=[["count", "day"]], distinct_labels=["count", "day", "count+day"])
+    rows = generate(model, spec, "$.data.causal_model")
+    assert len(rows) == 40
+    for r in rows:
+        assert r["label_count+day"] == r["cf_answer"]
+        # by hand: the base day moved on by the counterfactual's count
+        assert r["label_count"] == " " + DAYS[(DAYS.index(r["day"]) + COUNTS.index(r["cf_count"]) + 1) % 7]
+        assert len({r["base_answer"], r["label_count"], r["label_day"], r["label_count+day"]}) == 4

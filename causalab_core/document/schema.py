@@ -103,8 +103,12 @@ class CausalModelSpec(BaseModel):
     rows: int = Field(ge=1, le=100_000)
     split: Literal["train", "test"]
     seed: int = 0
-    distinct_labels: list[Name] = Field([], description="Keep only rows where these variables' labels and the base "
-                                        "answer all differ: rows on which the hypotheses predict different answers.")
+    labels: list[list[Name]] = Field([], description="Interventions on sets of variables, beyond the single ones: "
+                                     "[\"count\", \"day\"] adds `label_count+day`, the answer when the base run takes "
+                                     "both from the counterfactual run.")
+    distinct_labels: list[str] = Field([], description="Keep only rows where these labels (a variable, or a set of "
+                                       "`labels` joined by `+`) and the base answer all differ: rows on which the "
+                                       "hypotheses predict different answers.")
 
 
 class DataSpec(Frozen):
