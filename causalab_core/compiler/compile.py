@@ -26,10 +26,10 @@ def answer_token(tokenizer: Any, rows: tuple[dict, ...], column: str, where: str
     ids = []
     for i, row in enumerate(rows):
         if column not in row:
-            raise PlanError(f"{where}: {row_name(rows, i)} has no column {column!r}")
+            raise PlanError(f"{where}: {row_name(rows, i)} has no column {echo(column)}")
         value = row[column]
         if not isinstance(value, str):
-            raise PlanError(f"{where}: {row_name(rows, i)}, column {column!r}: an answer must be a string, "
+            raise PlanError(f"{where}: {row_name(rows, i)}, column {echo(column)}: an answer must be a string, "
                             f"got {echo(value)}")
         tokens = tokenizer(value, add_special_tokens=False)["input_ids"]
         if len(tokens) != 1:

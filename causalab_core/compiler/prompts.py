@@ -51,9 +51,9 @@ def tokenize_inputs(
         renamed = (variables or {}).get(name, {})
         texts, segments, chat = [], [], None
         for i, row in enumerate(rows):
-            where = f"{row_name(rows, i)}, column {name!r}"
+            where = f"{row_name(rows, i)}, column {echo(name)}"
             if name not in row:
-                raise PlanError(f"$.inputs: {row_name(rows, i)} has no column {name!r}")
+                raise PlanError(f"$.inputs: {row_name(rows, i)} has no column {echo(name)}")
             value = row[name]
             if not isinstance(value, (str, list)):
                 raise PlanError(f"{where}: a prompt is a string or a list of chat messages "

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from causalab_core.errors import echo
+
 from causalab_core.contracts import Metric, MetricInputs, MetricValues, mean_over_eligible
 
 
@@ -20,7 +22,7 @@ class IIAParams(_Params):
     @model_validator(mode="after")
     def _label_is_a_choice(self) -> IIAParams:
         if self.label not in self.choices:
-            raise ValueError(f"label {self.label!r} must be one of the choices {self.choices}")
+            raise ValueError(f"label {echo(self.label)} must be one of the choices {echo(self.choices)}")
         return self
 
 
