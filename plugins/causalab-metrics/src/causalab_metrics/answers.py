@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from causalab_core.errors import echo
-
 from causalab_core.contracts import Metric, MetricInputs, MetricValues, mean_over_eligible
+from causalab_core.errors import echo
 
 
 class _Params(BaseModel):
