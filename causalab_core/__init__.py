@@ -30,7 +30,14 @@ def validate(*args, **kwargs):
     return api.validate(*args, **kwargs)
 
 
+def load(out):
+    """A finished run's output folder as tidy tables (see :func:`causalab_core.table.load`)."""
+    from causalab_core.table import load
+
+    return load(out)
+
+
 __all__ = [
     "CausalabError", "DocumentError", "EngineError", "PlanError", "PluginError",
-    "hookimpl", "hookspec", "plan", "run", "validate",
+    "hookimpl", "hookspec", "load", "plan", "run", "validate",
 ]

@@ -175,6 +175,53 @@ def plot(
 
 
 @app.command()
+def table(
+    folder: Annotated[Path, typer.Argument(help="A run's output folder.", show_default=False)],
+    fmt: Annotated[str, typer.Option("--format", help="csv or json (JSON lines: one record a line).")] = "csv",
+    summaries: Annotated[bool, typer.Option("--summaries", help="One row per point x metric (its summary) instead.")] = False,
+    verbose: Verbose = False,
+) -> None:
+    """Print a finished run as a tidy table: one row per point x data row x metric (see causalab_core.load)."""
+    with reported(verbose):
+        import csv
+        import sys
+
+        from causalab_core.errors import DocumentError, echo
+        from causalab_core.table import load
+
+        if fmt not in ("csv", "json"):
+            raise DocumentError(f"--format {echo(fmt)}: expected csv or json")
+        records = load(folder).records["summaries" if summaries else "rows"]
+        if fmt == "json":
+            sys.stdout.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+            return
+        columns = list(dict.fromkeys(k for r in records for k in r))
+        writer = csv.DictWriter(sys.stdout, fieldnames=columns, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(records)
+
+
+@app.command()
+def compare(
+    a: Annotated[Path, typer.Argument(help="A run's output folder.", show_default=False)],
+    b: Annotated[Path, typer.Argument(help="Another run's output folder.", show_default=False)],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    verbose: Verbose = False,
+) -> None:
+    """Which metric files and rows differ between two runs, by how much, and which IIA rows flipped.
+
+    Exit code 0 when the runs' metric files are identical, 1 when they differ.
+    """
+    with reported(verbose):
+        from causalab_core.compare import compare as compare_runs, describe
+
+        report = compare_runs(a, b)
+        print(json.dumps(report, indent=1) if as_json else describe(report, str(a), str(b)))
+    if not report["identical"]:
+        raise typer.Exit(1)
+
+
+@app.command()
 def schema() -> None:
     """Print the JSON Schema of documents (version 2)."""
     with reported(False):

@@ -1,0 +1,132 @@
+"""A finished run as a table (causalab_core.load, `causalab table`) and two runs compared (`causalab compare`)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import causalab_core
+from causalab_testing.data import sweep_document, weekday_rows
+
+CAUSALAB = str(Path(sys.executable).parent / "causalab")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def sweep_run(tmp_path_factory, tiny_llama):
+    folder = tmp_path_factory.mktemp("run")
+    document = folder / "doc.json"
+    document.write_text(json.dumps(sweep_document(str(tiny_llama), layers=(0, 2), positions=(-4, -1))))
+    (folder / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in weekday_rows(12)))
+    done = subprocess.run([CAUSALAB, "run", str(document), "--out", str(folder / "out")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return folder / "out"
+
+
+def _files(out: Path) -> dict[str, dict]:
+    """Every metric file, read on its own: ``{point/metric: content}``."""
+    return {f"{p.parent.name}/{p.stem}": json.loads(p.read_text()) for p in out.glob("*/*.json")
+            if p.name != "document.json"}
+
+
+def test_the_table_of_a_run_is_what_its_files_hold(sweep_run):
+    run = causalab_core.load(sweep_run)
+    files = _files(sweep_run)
+    assert len(files) == 4 * 3  # points x metrics
+    records = run.records["rows"]
+    assert len(records) == 4 * 3 * 12
+    for record in records:
+        content = files[f"{record['point']}/{record['metric']}"]
+        assert record["value"] == content["values"][record["row"]]
+        assert record["eligible"] == content["eligible"][record["row"]]
+        assert {k: record[k] for k in ("layers", "pos")} == content["point"]
+        assert record["kind"] == content["kind"]
+    assert len(run.records["summaries"]) == 12
+    assert all(s["mean"] == files[f"{s['point']}/{s['metric']}"]["summary"]["mean"] for s in run.records["summaries"])
+    frame = run.rows
+    assert type(frame).__name__ == "DataFrame" and len(frame) == len(records)
+    assert frame.groupby(["layers", "pos", "metric"])["value"].mean().loc[(2, -1, "iia")] == pytest.approx(
+        files["layers=2,pos=-1/iia"]["summary"]["mean"])
+
+
+def test_without_pandas_the_tables_are_plain_records(sweep_run, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pandas", None)  # `import pandas` now fails
+    run = causalab_core.load(sweep_run)
+    assert isinstance(run.rows, list) and run.rows == run.records["rows"]
+
+
+def test_the_table_command_prints_csv_and_json_lines(sweep_run):
+    done = subprocess.run([CAUSALAB, "table", str(sweep_run)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    parsed = list(csv.DictReader(io.StringIO(done.stdout)))
+    records = causalab_core.load(sweep_run).records["rows"]
+    assert len(parsed) == len(records)
+    assert [float(r["value"]) for r in parsed] == [r["value"] for r in records]
+    lines = subprocess.run([CAUSALAB, "table", str(sweep_run), "--summaries", "--format", "json"],
+                           capture_output=True, text=True).stdout.splitlines()
+    assert [json.loads(line) for line in lines] == causalab_core.load(sweep_run).records["summaries"]
+
+
+def test_a_folder_that_is_not_a_run_is_one_line(tmp_path):
+    done = subprocess.run([CAUSALAB, "table", str(tmp_path)], capture_output=True, text=True)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("OutputError: ") and done.stderr.count("\n") == 1
+
+
+def test_a_featurizer_folder_loads_with_its_trained_files(tmp_path):
+    document = json.loads((ROOT / "documents/real/weekdays_das.json").read_text())
+    document["sweep"].update(rank=[2], seed=[0])
+    path = tmp_path / "das.json"
+    path.write_text(json.dumps(document))
+    done = subprocess.run([CAUSALAB, "run", str(path), "--out", str(tmp_path / "out")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    run = causalab_core.load(tmp_path / "out")
+    [trained] = run.records["featurizers"]
+    assert trained["point"] == "layer=5,pos=-1,rank=2,seed=0" and trained["rank"] == 2 and trained["kind"] == "das"
+    assert trained["file"] == "layer=5,pos=-1,rank=2,seed=0/das.safetensors"
+    assert {s["metric"] for s in run.records["summaries"]} == set(document["metrics"])
+
+
+def _rewrite(path: Path, change) -> None:
+    content = json.loads(path.read_text())
+    change(content)
+    path.write_text(json.dumps(content))
+
+
+def test_compare_reports_exactly_the_differences_built_in(sweep_run, tmp_path):
+    same = subprocess.run([CAUSALAB, "compare", str(sweep_run), str(sweep_run)], capture_output=True, text=True)
+    assert same.returncode == 0 and same.stdout == f"{sweep_run} and {sweep_run}: identical (12 metric files)\n"
+
+    other = tmp_path / "other"
+    shutil.copytree(sweep_run, other)
+    iia = json.loads((sweep_run / "layers=2,pos=-1/iia.json").read_text())["values"]
+    flip = [i for i, v in enumerate(iia) if v is not None][:2]
+
+    def flip_two(content):
+        for i in flip:
+            content["values"][i] = 1.0 - content["values"][i]
+
+    _rewrite(other / "layers=2,pos=-1/iia.json", flip_two)
+    _rewrite(other / "layers=0,pos=-4/logit_diff.json", lambda c: c["values"].__setitem__(3, c["values"][3] + 0.5))
+    (other / "layers=0,pos=-1/p_answer.json").unlink()
+
+    done = subprocess.run([CAUSALAB, "compare", str(sweep_run), str(other), "--json"], capture_output=True, text=True)
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    assert report["identical"] is False
+    assert report["only_in_a"] == ["layers=0,pos=-1/p_answer.json"] and report["only_in_b"] == []
+    m = report["metrics"]
+    assert (m["iia"]["files_differ"], m["iia"]["rows_differ"], m["iia"]["flips"]) == (1, 2, {"layers=2,pos=-1": flip})
+    assert m["logit_diff"]["files_differ"] == 1 and m["logit_diff"]["rows_differ"] == 1
+    assert m["logit_diff"]["largest_difference"] == pytest.approx(0.5, abs=1e-6) and m["logit_diff"]["flips"] == {}
+    assert m["p_answer"]["files_differ"] == 0 and m["p_answer"]["files"] == 3
+
+    text = subprocess.run([CAUSALAB, "compare", str(sweep_run), str(other)], capture_output=True, text=True).stdout
+    assert f"2 IIA rows flipped (0-based data rows): layers=2,pos=-1: rows {flip[0]}, {flip[1]}" in text
