@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from hashlib import sha256
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +14,13 @@ from pydantic import ValidationError
 from causalab_core.compiler import compile_document
 from causalab_core.contracts import HERE, Remote
 from causalab_core.document import LoadedDocument, load_document
-from causalab_core.errors import EngineError
+from causalab_core.errors import EngineError, OutputError
 from causalab_core.ir import Plan
 from causalab_core.plugins import Registry, registry as default_registry
 from causalab_core.provenance import run_record
 from causalab_core.output import check_out, write_folder
-from causalab_core.results import MetricResult, output_files, score
+from causalab_core.resume import Store, chunk_size, open_store, ordered_files, plan_digest, point_files
+from causalab_core.results import MetricResult, dump, output_files, score
 
 
 def validate(path: str | Path, *, data_root: str | Path | None = None, registry: Registry | None = None) -> LoadedDocument:
@@ -88,6 +90,8 @@ def run(
     options: dict[str, Any] | None = None,
     registry: Registry | None = None,
     progress: Callable[[Plan], Callable[[str], None] | None] | None = None,
+    resume: bool = False,
+    points_done: Callable[[int, int], None] | None = None,
 ) -> RunResult:
     """Compile, execute on ``engine``, score, and (with ``out``) write the output folder.
 
@@ -95,26 +99,71 @@ def run(
     ``{"allow_skew": True}`` for ``ndif``; validated before anything else runs.
     ``remote``: one of the cases named in :mod:`causalab_core.contracts`:
     ``HERE`` (False), ``SIMULATED`` ("local"), ``CONFIGURED_HOST`` (True) or a host URL.
+    With ``out``, the points run in chunks and each completed point is kept beside ``out``
+    (:mod:`causalab_core.resume`); ``resume`` runs only the points an interrupted run did not finish.
+    ``points_done(done, total)`` is called before the first chunk and after each one.
     """
     reg = registry or default_registry()
     out_path = Path(out) if out is not None else None
     loaded = load_document(path, data_root, reg)
     if out_path is not None:
         check_out(out_path, force=force, protected=loaded.read_paths())
+    elif resume:
+        raise OutputError("--resume needs --out: the folder whose interrupted run to finish")
     engine_cls = reg.get("engine", engine, "--engine")
     chosen = engine_options(engine_cls, options)
     remote = remote or engine_cls.runs_remote
     built = compile_document(loaded, reg)
     check_capabilities(engine_cls, built, remote)
     runner = engine_cls(device_map=device_map, options=chosen)
-    outputs = runner.execute(built, featurizers=featurizer_classes(built, reg), remote=remote, batch_size=batch_size,
-                             progress=progress(built) if progress else None)
-    metrics = score(built, outputs, reg)
-    record = run_record(reg, engine=engine, remote=remote, batch_size=batch_size, plan=built,
-                        details=runner.details)
-    files = output_files(built, metrics, record, outputs)
+    classes = featurizer_classes(built, reg)
+    on_step = progress(built) if progress else None
+
+    def record_for(details: dict[str, Any]) -> dict[str, Any]:
+        return run_record(reg, engine=engine, remote=remote, batch_size=batch_size, plan=built, details=details)
+
+    def execute(plan: Plan) -> tuple[list[MetricResult], dict[str, bytes]]:
+        outputs = runner.execute(plan, featurizers=classes, remote=remote, batch_size=batch_size, progress=on_step)
+        metrics = score(plan, outputs, reg)
+        return metrics, output_files(plan, metrics, record_for(runner.details), outputs)
+
+    if out_path is None:
+        metrics, files = execute(built)
+        record = record_for(runner.details)
+    else:
+        identity = {"document": sha256(dump(built.document)).hexdigest(), "plan": plan_digest(built),
+                    "causalab": reg.combined_digest(), "engine": engine}
+        store = open_store(out_path, identity, resume=resume)
+        try:
+            run_kept(built, store, execute, lambda: runner.details, points_done)
+        except BaseException:
+            if not store.done():  # nothing kept, nothing to resume: no trace of the run
+                store.remove()
+            raise
+        record = record_for(store.state["details"])
+        files = ordered_files(built, store, {"document.json": dump(built.document), "run.json": dump(record)})
+        metrics = [MetricResult(point, m.name, json.loads(files[f"{point.name}/{m.name}.json" if point.name
+                                                                 else f"{m.name}.json"]))
+                   for point in built.points for m in point.metrics]
     if loaded.generated:  # the rows a causal model generated, as the run used them
         files["data.jsonl"] = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in loaded.rows).encode()
     if out_path is not None:
         write_folder(out_path, files, force, loaded.read_paths())
+        store.remove()
     return RunResult(built, metrics, record, files, out_path)
+
+
+def run_kept(plan: Plan, store: Store, execute: Callable, details: Callable[[], dict[str, Any]],
+             points_done: Callable[[int, int], None] | None) -> None:
+    """Run the points ``store`` does not hold yet, a chunk at a time, keeping each completed point."""
+    todo = [i for i in range(len(plan.points)) if i not in store.done()]
+    size = chunk_size(len(plan.points))
+    if points_done:
+        points_done(len(plan.points) - len(todo), len(plan.points))  # what an interrupted run already kept
+    for start in range(0, len(todo), size):
+        chunk = todo[start:start + size]
+        _, files = execute(replace(plan, points=tuple(plan.points[i] for i in chunk)))
+        for i in chunk:
+            store.keep(i, point_files(plan.points[i], files), details())
+        if points_done:
+            points_done(len(plan.points) - len(todo) + start + len(chunk), len(plan.points))

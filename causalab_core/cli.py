@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from causalab_core.errors import CausalabError
 
@@ -81,6 +81,30 @@ def _progress_bar(progress: Progress) -> Callable:
     return start
 
 
+def _points_line() -> Callable[[int, int], None]:
+    """Where no progress bar is drawn (a log file, CI): one line after each chunk of points.
+
+    The first call says how many points an interrupted run already kept; a run
+    done in one chunk says nothing."""
+    import time
+
+    start: list[float] = []
+
+    def report(done: int, total: int) -> None:
+        if not start:
+            start.extend((done, time.monotonic()))
+            return
+        ran, seconds = done - start[0], time.monotonic() - start[1]
+        if done == total and ran == total - start[0] and len(start) == 2:
+            return
+        start.append(done)
+        left = total - done
+        eta = f", about {seconds / max(ran, 1) * left:.0f} s left" if left else ""
+        err.print(f"causalab: {done} of {total} points done, {left} left{eta}", highlight=False)
+
+    return report
+
+
 @app.command()
 def run(
     document: DocumentArg,
@@ -90,6 +114,7 @@ def run(
     device_map: Annotated[Optional[str], typer.Option(help="Passed to transformers when loading weights, e.g. cpu, cuda, auto.")] = None,
     data_root: DataRoot = None,
     force: Annotated[bool, typer.Option(help="Replace a previous causalab output folder (never a folder with other files).")] = False,
+    resume: Annotated[bool, typer.Option(help="Finish an interrupted run on --out: only the points it did not complete.")] = False,
     option: Annotated[Optional[list[str]], typer.Option(help="An option of the engine, KEY=VALUE (VALUE as JSON where it parses: true, 3, \"x\"); repeatable. E.g. ndif's allow_skew=true.")] = None,
     verbose: Verbose = False,
 ) -> None:
@@ -100,11 +125,12 @@ def run(
 
         with Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=err, transient=True, disable=not err.is_terminal,
+            TimeRemainingColumn(), console=err, transient=True, disable=not err.is_terminal,
         ) as progress:
             result = api.run(
                 document, out=out, engine=engine, batch_size=batch_size, device_map=device_map,
                 data_root=data_root, force=force, options=engine_options(option or []), progress=_progress_bar(progress),
+                resume=resume, points_done=None if err.is_terminal else _points_line(),
             )
         for rel in [*result.files, MANIFEST]:
             print(out / rel)

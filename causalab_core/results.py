@@ -127,7 +127,17 @@ def featurizer_file(plan: Plan, fit: Fit, state: dict[str, Any], run: dict[str, 
         "train_data": fit.data_digest,
         "causalab": run["causalab"]["digest"],
     }
-    return save({k: v.contiguous() for k, v in state.items()}, metadata=metadata)
+    return canonical_safetensors(save({k: v.contiguous() for k, v in state.items()}, metadata=metadata))
+
+
+def canonical_safetensors(blob: bytes) -> bytes:
+    """The same file with its JSON header's keys sorted: safetensors writes them in hash order, which
+    changes from one process to the next, so two saves of the same tensors would differ in bytes.
+    Offsets in the header count from the end of the header, so the tensor bytes stay as they are."""
+    size = int.from_bytes(blob[:8], "little")
+    header = json.dumps(json.loads(blob[8:8 + size]), sort_keys=True, separators=(",", ":")).encode()
+    header += b" " * (-len(header) % 8)  # the format pads the header to 8 bytes
+    return len(header).to_bytes(8, "little") + header + blob[8 + size:]
 
 
 def output_files(

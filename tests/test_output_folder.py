@@ -387,7 +387,11 @@ def test_a_signal_during_a_run_prints_interrupted_and_leaves_nothing(tiny_llama,
     process.send_signal(sig)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == code and stderr.strip() == "Interrupted", stderr
-    assert not out.exists() and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    assert not out.exists()
+    # Nothing else is left, but the points the run completed, kept for --resume (causalab_core.resume).
+    left = [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+    assert [p.name for p in left] in ([], [".o.resume"])
+    assert all((p / "resume.json").is_file() and any((p / "points").iterdir()) for p in left)
 
 
 def _mapped(pid: int, library: str) -> bool:

@@ -93,6 +93,11 @@ def test_a_featurizer_folder_loads_with_its_trained_files(tmp_path):
     assert trained["file"] == "layer=5,pos=-1,rank=2,seed=0/das.safetensors"
     assert {s["metric"] for s in run.records["summaries"]} == set(document["metrics"])
 
+    # Trained files are byte-stable too: safetensors writes its header in hash order, causalab sorts it.
+    again = subprocess.run([CAUSALAB, "run", str(path), "--out", str(tmp_path / "again")], capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert (tmp_path / "again" / trained["file"]).read_bytes() == (tmp_path / "out" / trained["file"]).read_bytes()
+
 
 def _rewrite(path: Path, change) -> None:
     content = json.loads(path.read_text())

@@ -1,0 +1,145 @@
+"""A sweep's completed points, kept beside --out while the run goes on, so an interrupted run can resume.
+
+A run with ``--out NAME`` runs its points in chunks and keeps each completed
+point in ``.NAME.resume/points/<index>`` (written as a temporary folder, then
+renamed: a point is there whole or not at all). ``resume.json`` says which
+document, plan, causalab and engine the points came from; ``--resume`` runs
+only the points not kept yet, and refuses a store made from anything else.
+When the run ends, the output folder is swapped in as always and the store is
+removed; a run without ``--resume`` removes a dead run's store and starts over.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from causalab_core.errors import OutputError, shorten
+from causalab_core.output import _pid_running, _remove, signals_deferred
+
+MARK = "causalab resume"
+CHUNKS = 10
+"""A sweep runs in about this many chunks (a failure costs one chunk, remote: one job)."""
+MIN_CHUNK = 16
+"""Points per chunk at least: each chunk repeats the clean and counterfactual forwards its points share."""
+
+
+def chunk_size(points: int) -> int:
+    """Points per chunk: a tenth of the sweep, and never fewer than 16 (so small sweeps run in one or two)."""
+    return max(MIN_CHUNK, math.ceil(points / CHUNKS))
+
+
+def plan_digest(plan: Any) -> str:
+    """sha256 of the whole plan as canonical JSON (bytes by their own sha256)."""
+    shown = lambda v: hashlib.sha256(v).hexdigest() if isinstance(v, bytes) else str(v)  # noqa: E731
+    return hashlib.sha256(json.dumps(plan.to_dict(), sort_keys=True, default=shown).encode()).hexdigest()
+
+
+def store_path(out: Path) -> Path:
+    return out.with_name(f".{out.name}.resume")
+
+
+@dataclass
+class Store:
+    path: Path
+    state: dict[str, Any]
+
+    @property
+    def points(self) -> Path:
+        return self.path / "points"
+
+    def done(self) -> set[int]:
+        """Indices of the points kept whole."""
+        return {int(p.name) for p in self.points.iterdir() if p.name.isdigit() and p.is_dir()}
+
+    def keep(self, index: int, files: dict[str, bytes], details: dict[str, Any]) -> None:
+        """Keep one completed point (its files by path inside the point) and what the engine said."""
+        tmp = self.points / f".{index}.{os.getpid()}.tmp"
+        tmp.mkdir()
+        for rel, data in files.items():
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / rel).write_bytes(data)
+        self.state["details"] = details
+        with signals_deferred():
+            _write_state(self.path, self.state)
+            tmp.rename(self.points / str(index))
+
+    def files(self, index: int) -> dict[str, bytes]:
+        folder = self.points / str(index)
+        return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+    def remove(self) -> None:
+        _remove(self.path)
+
+
+def _write_state(path: Path, state: dict[str, Any]) -> None:
+    part = path / f".resume.json.{os.getpid()}.part"
+    part.write_text(json.dumps(state, indent=1) + "\n")
+    part.replace(path / "resume.json")
+
+
+def _read_state(path: Path) -> dict[str, Any] | None:
+    try:
+        state = json.loads((path / "resume.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return state if isinstance(state, dict) and state.get("written_by") == MARK else None
+
+
+def open_store(out: Path, identity: dict[str, str], *, resume: bool) -> Store:
+    """The store for a run on ``out``: the interrupted run's (``resume``, same identity) or a new one."""
+    path = store_path(out.resolve())
+    where = f"--out {shorten(str(out))}"
+    state = _read_state(path)
+    if state is not None and _pid_running(int(state.get("pid", 0))):
+        raise OutputError(f"{where}: another causalab run (pid {state['pid']}) is writing it")
+    if resume:
+        if state is None:
+            raise OutputError(f"{where}: nothing to resume (no interrupted run of it left {path.name})")
+        differ = [key for key, value in identity.items() if state.get("identity", {}).get(key) != value]
+        if differ:
+            raise OutputError(f"{where}: --resume refused: the interrupted run came from another "
+                              f"{', '.join(differ)}; run without --resume to start over")
+        state["pid"] = os.getpid()
+        _write_state(path, state)
+        return Store(path, state)
+    if state is not None or (path.is_dir() and not any(path.iterdir())):
+        _remove(path)  # a dead run's store: this run starts over
+    elif path.exists():
+        raise OutputError(f"{where}: {path.name} beside it is not causalab's; move it away")
+    path.mkdir()
+    (path / "points").mkdir()
+    state = {"written_by": MARK, "pid": os.getpid(), "identity": identity, "details": {}}
+    _write_state(path, state)
+    return Store(path, state)
+
+
+def point_files(point: Any, files: dict[str, bytes]) -> dict[str, bytes]:
+    """A point's own files out of a chunk's output files, by path inside the point's folder."""
+    prefix = f"{point.name}/" if point.name else ""
+    return {rel[len(prefix):]: data for rel, data in files.items()
+            if rel.startswith(prefix) and rel not in ("document.json", "run.json")}
+
+
+def ordered_files(plan: Any, store: Store, top: dict[str, bytes]) -> dict[str, bytes]:
+    """The output folder's files, every point's from the store, in the order ``results.output_files`` lays them."""
+    kept = {i: store.files(i) for i in range(len(plan.points))}
+    prefixes = [f"{p.name}/" if p.name else "" for p in plan.points]
+    files = dict(top)
+    for i, point in enumerate(plan.points):
+        for step in point.steps:
+            if step.kind == "fit":
+                name = f"{step.featurizer.name}.safetensors"
+                files[prefixes[i] + name] = kept[i][name]
+    for i, point in enumerate(plan.points):
+        if point.name:
+            files[f"{point.name}/document.json"] = kept[i]["document.json"]
+    for i, point in enumerate(plan.points):
+        for metric in point.metrics:
+            files[f"{prefixes[i]}{metric.name}.json"] = kept[i][f"{metric.name}.json"]
+    return files

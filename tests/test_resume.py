@@ -1,0 +1,108 @@
+"""An interrupted sweep resumes (`causalab run --resume`) and ends byte for byte as an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from causalab_core import api
+from causalab_core.errors import OutputError
+from causalab_core.resume import chunk_size, store_path
+from causalab_testing.data import sweep_document, weekday_rows
+
+CAUSALAB = str(Path(sys.executable).parent / "causalab")
+
+
+@pytest.fixture(scope="module")
+def long_sweep(tmp_path_factory, tiny_llama):
+    """40 points (3 chunks of 16, 16, 8) over 300 rows on the tiny Llama, and its uninterrupted run."""
+    folder = tmp_path_factory.mktemp("long")
+    document = sweep_document(str(tiny_llama), layers=(0, 1, 2, 3), positions=tuple(range(-10, 0)))
+    path = folder / "doc.json"
+    path.write_text(json.dumps(document))
+    (folder / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in weekday_rows(300)))
+    done = subprocess.run([CAUSALAB, "run", str(path), "--out", str(folder / "whole")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert chunk_size(40) == 16
+    return path, folder / "whole"
+
+
+def tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _kill_after_first_chunk(path: Path, out: Path, sig: int) -> subprocess.Popen:
+    process = subprocess.Popen([CAUSALAB, "run", str(path), "--out", str(out)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    points = store_path(out) / "points"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        if points.is_dir() and any(p.name.isdigit() for p in points.iterdir()):
+            break
+        time.sleep(0.02)
+    assert process.poll() is None, process.communicate()
+    process.send_signal(sig)
+    process.communicate(timeout=60)
+    return process
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+def test_a_sweep_killed_midway_resumes_to_the_same_bytes(long_sweep, tmp_path, sig):
+    path, whole = long_sweep
+    out = tmp_path / "o"
+    killed = _kill_after_first_chunk(path, out, sig)
+    assert killed.returncode == (-9 if sig == signal.SIGKILL else 130)
+    assert not out.exists()
+    kept = sorted(int(p.name) for p in (store_path(out) / "points").iterdir() if p.name.isdigit())
+    assert kept == list(range(len(kept))) and 0 < len(kept) < 40, kept  # each point whole, in order
+
+    told = []
+    api.run(path, out=out, resume=True, points_done=lambda done, total: told.append((done, total)))
+    assert told[0] == (len(kept), 40)  # only the points not kept were run
+    assert tree(out) == tree(whole)  # every byte: metric files, documents, run.json, manifest.json
+    assert not store_path(out).exists()
+
+
+def test_a_resume_of_a_changed_document_is_refused(long_sweep, tmp_path):
+    path, _ = long_sweep
+    out = tmp_path / "o"
+    _kill_after_first_chunk(path, out, signal.SIGKILL)
+    changed = tmp_path / "changed.json"
+    document = json.loads(path.read_text())
+    document["metrics"]["iia"]["label"] = "base_answer"
+    changed.write_text(json.dumps(document))
+    (tmp_path / "rows.jsonl").write_bytes((path.parent / "rows.jsonl").read_bytes())
+    done = subprocess.run([CAUSALAB, "run", str(changed), "--out", str(out), "--resume"], capture_output=True, text=True)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == (f"OutputError: --out {out}: --resume refused: the interrupted run came from another "
+                           "document, plan; run without --resume to start over\n")
+    assert store_path(out).exists() and not out.exists()  # what was kept is still there
+
+    fresh = subprocess.run([CAUSALAB, "run", str(changed), "--out", str(out)], capture_output=True, text=True)
+    assert fresh.returncode == 0, fresh.stderr  # without --resume: starts over, and the old store goes
+    assert not store_path(out).exists()
+
+
+def test_nothing_to_resume_is_one_line(long_sweep, tmp_path):
+    path, _ = long_sweep
+    with pytest.raises(OutputError, match=r"nothing to resume \(no interrupted run of it left \.o\.resume\)"):
+        api.run(path, out=tmp_path / "o", resume=True)
+    with pytest.raises(OutputError, match="--resume needs --out"):
+        api.run(path, resume=True)
+
+
+def test_a_long_run_without_a_terminal_prints_one_line_per_chunk(long_sweep, tmp_path):
+    path, _ = long_sweep
+    done = subprocess.run([CAUSALAB, "run", str(path), "--out", str(tmp_path / "o")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert [line.split(",")[0] for line in lines] == ["causalab: 16 of 40 points done", "causalab: 32 of 40 points done",
+                                                      "causalab: 40 of 40 points done"], lines
+    assert "24 left, about" in lines[0] and lines[2].endswith("0 left")
