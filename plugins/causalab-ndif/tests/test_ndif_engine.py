@@ -383,3 +383,28 @@ def test_an_error_only_the_server_can_see_is_the_local_line_and_exit_code(ndif_s
     line = "EngineError: featurizer 'das': its trained state does not match the digest the client recorded"
     assert told["nnterp"] == ["EngineError", line, 1, False]
     assert told["ndif"] == ["EngineError", line, 1, True]  # raised on the server; its traceback came along
+
+
+def test_a_remote_sweep_killed_midway_resumes_to_the_same_bytes(ndif_server, tmp_path):
+    """Each chunk of points is its own job; a run killed after some are kept finishes with --resume."""
+    import signal
+    import time
+
+    from causalab_core.resume import store_path
+
+    whole = ndif_server.run([CAUSALAB, "run", str(SWEEP), "--engine", "ndif", "--out", str(tmp_path / "whole")])
+    assert whole.returncode == 0, whole.stderr
+    out = tmp_path / "o"
+    process = subprocess.Popen(ndif_server.command([CAUSALAB, "run", str(SWEEP), "--engine", "ndif", "--out", str(out)]),
+                               env=ndif_server.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    points, deadline = store_path(out) / "points", time.monotonic() + 180
+    while process.poll() is None and time.monotonic() < deadline and not (
+            points.is_dir() and any(p.name.isdigit() for p in points.iterdir())):
+        time.sleep(0.02)
+    assert process.poll() is None
+    process.send_signal(signal.SIGKILL)
+    process.wait(30)
+    assert not out.exists() and 0 < len([p for p in points.iterdir() if p.name.isdigit()]) < 24
+    resumed = ndif_server.run([CAUSALAB, "run", str(SWEEP), "--engine", "ndif", "--out", str(out), "--resume"])
+    assert resumed.returncode == 0, resumed.stderr
+    assert tree(out) == tree(tmp_path / "whole")  # run.json and the manifest included

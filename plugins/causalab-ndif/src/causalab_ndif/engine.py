@@ -86,7 +86,10 @@ class NdifEngine(NnterpEngine):
                    f"its numbers are not those of a {asked} run")
         if self.options.require_dtype:
             raise EngineError(message)
-        print(f"warning: {message} (recorded in run.json; --option require_dtype=true refuses)", file=sys.stderr)
+        warned = self.__dict__.setdefault("warned", set())  # a run in several chunks (jobs) says it once
+        if message not in warned:
+            warned.add(message)
+            print(f"warning: {message} (recorded in run.json; --option require_dtype=true refuses)", file=sys.stderr)
         return {"document": asked, "served": dtype_name(served)}
 
 
