@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -127,16 +129,23 @@ def _loads(text: str, where: str, *, lines: bool = True) -> Any:
         raise DocumentError(f"{where}: invalid JSON: {shorten(str(exc))}") from None
 
 
-def read_text(path: Path, where: str) -> str:
-    """A UTF-8 file's text; a missing file, a folder or bad bytes is one DocumentError line."""
+@contextmanager
+def _reading(where: str) -> Iterator[None]:
+    """A file that is missing, a folder or unreadable: one DocumentError line naming ``where``."""
     try:
-        data = path.read_bytes()
+        yield
     except FileNotFoundError:
         raise DocumentError(f"{where}: no such file") from None
     except IsADirectoryError:
         raise DocumentError(f"{where}: is a folder, not a file") from None
     except OSError as exc:
         raise DocumentError(f"{where}: cannot be read: {exc.strerror or exc}") from None
+
+
+def read_text(path: Path, where: str) -> str:
+    """A UTF-8 file's text; a missing file, a folder or bad bytes is one DocumentError line."""
+    with _reading(where):
+        data = path.read_bytes()
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -178,21 +187,14 @@ def safetensors_metadata(data: bytes, where: str, size: int | None = None) -> di
 
 def _read_header(path: Path, where: str) -> None:
     """Check, before any work, that a featurizer file can be read and has a safetensors header."""
-    try:
-        with path.open("rb") as file:
-            size = os.fstat(file.fileno()).st_size
-            if stat.S_ISDIR(os.fstat(file.fileno()).st_mode):
-                raise IsADirectoryError
-            head = file.read(8)
-            length = int.from_bytes(head, "little")
-            if len(head) == 8 and length <= HEADER_LIMIT:
-                head += file.read(length)
-    except FileNotFoundError:
-        raise DocumentError(f"{where}: no such file") from None
-    except IsADirectoryError:
-        raise DocumentError(f"{where}: is a folder, not a file") from None
-    except OSError as exc:
-        raise DocumentError(f"{where}: cannot be read: {exc.strerror or exc}") from None
+    with _reading(where), path.open("rb") as file:
+        size = os.fstat(file.fileno()).st_size
+        if stat.S_ISDIR(os.fstat(file.fileno()).st_mode):
+            raise IsADirectoryError
+        head = file.read(8)
+        length = int.from_bytes(head, "little")
+        if len(head) == 8 and length <= HEADER_LIMIT:
+            head += file.read(length)
     safetensors_metadata(head, where, size)
 
 
