@@ -49,6 +49,8 @@ def compare(a: str | Path, b: str | Path) -> dict[str, Any]:
             if x["eligible"] != y["eligible"] or x["value"] is None or y["value"] is None:
                 entry["eligibility_differs"] += 1
                 continue
+            if isinstance(x["value"], str) or isinstance(y["value"], str):  # "NaN": no distance to measure
+                continue
             entry["largest_difference"] = max(entry["largest_difference"], abs(x["value"] - y["value"]))
             if x["kind"] == "iia":
                 entry["flips"].setdefault(point, []).append(x["row"])

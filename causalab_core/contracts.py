@@ -218,7 +218,8 @@ class Featurizer:
 
 @dataclass(frozen=True)
 class MetricInputs:
-    """What a metric sees: the answer columns' logits for each row of one run."""
+    """What a metric sees of one run (the intervened one, or another its ``needs`` names), at each row's
+    last token."""
 
     logits: torch.Tensor
     """``[rows, len(columns)]`` float32: the next-token logit of each column's token."""
@@ -228,9 +229,19 @@ class MetricInputs:
     token_ids: Mapping[str, Sequence[int]]
     """Each column's token id per row."""
     eligible: Sequence[bool]
+    ranks: torch.Tensor | None = None
+    """``[rows, len(columns)]`` int32, with the ``ranks`` view: how many tokens score above each column's."""
+    logprobs: torch.Tensor | None = None
+    """``[rows, vocab]`` float32, with the ``logprobs`` view: the whole next-token log-distribution."""
+    runs: Mapping[str, MetricInputs] = field(default_factory=dict)
+    """The other runs the metric needs, by role: ``base`` (the clean run of the scored input),
+    ``counterfactual`` (the run of the input its writes take values from)."""
 
     def column(self, name: str) -> torch.Tensor:
         return self.logits[:, self.columns.index(name)]
+
+    def rank(self, name: str) -> torch.Tensor:
+        return self.ranks[:, self.columns.index(name)]
 
 
 @dataclass(frozen=True)
@@ -241,8 +252,14 @@ class MetricValues:
     summary: dict[str, float | int | None]
 
 
+RUNS = ("intervened", "base", "counterfactual")
+"""The runs a metric may read: the one it scores, the clean run of that input, the counterfactual's run."""
+VIEWS = ("answers", "ranks", "logprobs")
+"""What of a run it may read: answer columns (always), their ranks over the vocabulary, the whole log-softmax."""
+
+
 class Metric:
-    """Scores one run from the answer columns' logits."""
+    """Scores one run from the answer columns' logits (and what else its ``needs`` names)."""
 
     name: ClassVar[str]
     Params: ClassVar[type[BaseModel]] = NoParams
@@ -250,6 +267,11 @@ class Metric:
     def columns(self, params: BaseModel) -> tuple[str, ...]:
         """The data columns whose answer tokens this metric reads."""
         raise NotImplementedError
+
+    def needs(self, params: BaseModel) -> Mapping[str, tuple[str, ...]]:
+        """Which runs (``RUNS``) it reads, and which views (``VIEWS``) of each; engines bring home only these.
+        A full-vocabulary view travels ``rows x vocab`` float32 per step: ask for it only when nothing smaller does."""
+        return {"intervened": ("answers",)}
 
     def compute(self, params: BaseModel, inputs: MetricInputs) -> MetricValues:
         raise NotImplementedError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from causalab_core.contracts import MetricInputs
@@ -22,10 +22,15 @@ class MetricResult:
     content: dict[str, Any]
 
 
+NOT_A_NUMBER = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+"""How a value a metric computed but that is no number is written: a string, so that ``null`` always
+means a row that was not scored (not eligible), never a NaN."""
+
+
 def _number(x: Any) -> Any:
-    """Fixed float formatting: 9 significant digits (exact for float32), no NaN in JSON."""
+    """Fixed float formatting: 9 significant digits (exact for float32); NaN and infinities as strings."""
     if isinstance(x, float):
-        return None if math.isnan(x) or math.isinf(x) else float(format(x, ".9g"))
+        return NOT_A_NUMBER[str(x)] if not math.isfinite(x) else float(format(x, ".9g"))
     if isinstance(x, dict):
         return {k: _number(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
@@ -47,24 +52,35 @@ def positions_record(point: Point) -> dict[str, Any]:
     }
 
 
+def run_inputs(step: Any, outputs: dict[str, dict[str, Any]], eligible: Any) -> MetricInputs:
+    """What a metric sees of one scored step, from the engine's flat outputs."""
+    got = outputs.get(step.path, {})
+    missing = [key for key, view in (("answer_logits", "answers"), ("logsumexp", "answers"),
+                                     ("answer_ranks", "ranks"), ("logprobs", "logprobs"))
+               if view in step.scoring.views and key not in got]
+    if missing:
+        raise EngineError(f"the engine returned no {missing[0]} for step {step.path!r}")
+    cols = step.scoring.columns
+    return MetricInputs(
+        logits=got["answer_logits"].float(),
+        logsumexp=got["logsumexp"].float(),
+        columns=cols,
+        token_ids={c: [ids[i] for ids in step.scoring.token_ids] for i, c in enumerate(cols)},
+        eligible=eligible,
+        ranks=got.get("answer_ranks"),
+        logprobs=got["logprobs"].float() if "logprobs" in got else None,
+    )
+
+
 def score(plan: Plan, outputs: dict[str, dict[str, Any]], registry: Registry) -> list[MetricResult]:
     """Compute every metric of every point from the engine's flat outputs."""
     results = []
     for point in plan.points:
         steps = {s.path: s for s in point.steps}
         for metric in point.metrics:
-            step = steps[metric.step]
-            got = outputs.get(metric.step, {})
-            if "answer_logits" not in got or "logsumexp" not in got:
-                raise EngineError(f"the engine returned no scores for step {metric.step!r}")
-            cols = step.scoring.columns
-            inputs = MetricInputs(
-                logits=got["answer_logits"].float(),
-                logsumexp=got["logsumexp"].float(),
-                columns=cols,
-                token_ids={c: [ids[i] for ids in step.scoring.token_ids] for i, c in enumerate(cols)},
-                eligible=point.eligible,
-            )
+            inputs = run_inputs(steps[metric.step], outputs, point.eligible)
+            inputs = replace(inputs, runs={role: run_inputs(steps[path], outputs, point.eligible)
+                                           for role, path in metric.runs.items()})
             cls = registry.get("metric", metric.kind)
             values = cls().compute(cls.Params.model_validate(metric.params), inputs)
             content = {

@@ -80,7 +80,8 @@ def load(out: str | Path) -> LoadedRun:
         points[point] = content.get("point") or {}
         where = {**points[point], "point": point, "metric": content["metric"], "kind": content.get("kind")}
         for i, (value, eligible) in enumerate(zip(content["values"], content["eligible"])):
-            rows.append({**where, "row": i, "eligible": eligible, "value": value})
+            # "NaN" / "Infinity" in the file (a value the metric could not compute) are floats here.
+            rows.append({**where, "row": i, "eligible": eligible, "value": float(value) if isinstance(value, str) else value})
         summaries.append({**where, **content["summary"]})
     for path in sorted(folder.glob("**/*.safetensors")):
         from safetensors import safe_open

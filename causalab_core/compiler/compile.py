@@ -9,7 +9,7 @@ from typing import Any
 from causalab_core.compiler.prompts import tokenize_inputs
 from causalab_core.compiler.shell import Shell, load_shell, resolve_source
 from causalab_core.compiler.sweep import points, substitute
-from causalab_core.contracts import Resolved
+from causalab_core.contracts import RUNS, VIEWS, Resolved
 from causalab_core.document import LoadedDocument, check_document
 from causalab_core.document.load import row_name
 from causalab_core.document.schema import ReadSpec, WriteSpec
@@ -111,21 +111,44 @@ class Compiler:
     def metric_step_input(self, metric) -> str:
         return metric.input or next(iter(self.doc.writes.values())).input
 
+    def metric_runs(self, name: str, metric) -> dict[str, tuple[str, tuple[str, ...]]]:
+        """Each run the metric reads (role -> the scoring key of its step, the views it needs there).
+
+        A scoring key is an input's name (its run in the point) or ``INPUT.clean``: that input run with
+        no intervention, a step of its own, there only for the metrics that need it."""
+        needs = dict(self.registry.get("metric", metric.kind)().needs(self.metric_params[name]))
+        scored = self.metric_step_input(metric)
+        writes = list(self.doc.writes.values())
+        source = self.doc.reads[writes[0].source].input if writes else scored
+        keys = {"intervened": scored, "base": f"{scored}.clean", "counterfactual": source}
+        for role, views in needs.items():
+            bad = [v for v in views if v not in VIEWS]
+            if role not in RUNS or bad:
+                raise PlanError(f"$.metrics.{name}: metric kind {metric.kind!r} needs "
+                                f"{'run ' + echo(role) if role not in RUNS else 'view ' + echo(bad[0])}, which no "
+                                f"engine brings (runs: {', '.join(RUNS)}; views: {', '.join(VIEWS)})")
+        needs.setdefault("intervened", ("answers",))
+        return {role: (keys[role], tuple(views)) for role, views in needs.items()}
+
     def _scorings(self) -> dict[str, Scoring]:
-        """Per scored input: the answer columns every metric on it needs, tokenized."""
+        """Per scoring key (see ``metric_runs``): the answer columns and views every metric reading it needs."""
         columns: dict[str, list[str]] = {}
+        views: dict[str, set[str]] = {}
         tokens: dict[str, tuple[int, ...]] = {}
         for name, metric in self.doc.metrics.items():
             cls = self.registry.get("metric", metric.kind)
-            wanted = columns.setdefault(self.metric_step_input(metric), [])
-            for column in cls().columns(self.metric_params[name]):
-                if column not in tokens:
-                    tokens[column] = answer_token(self.shell.tokenizer, self.loaded.rows, column, f"$.metrics.{name}")
-                if column not in wanted:
-                    wanted.append(column)
+            for key, wanted_views in self.metric_runs(name, metric).values():
+                wanted = columns.setdefault(key, [])
+                views.setdefault(key, {"answers"}).update(wanted_views)
+                for column in cls().columns(self.metric_params[name]):
+                    if column not in tokens:
+                        tokens[column] = answer_token(self.shell.tokenizer, self.loaded.rows, column, f"$.metrics.{name}")
+                    if column not in wanted:
+                        wanted.append(column)
         return {
-            input_name: Scoring(tuple(cols), tuple(zip(*(tokens[c] for c in cols))))
-            for input_name, cols in columns.items()
+            key: Scoring(tuple(cols), tuple(tuple(tokens[c][r] for c in cols) for r in range(len(self.loaded.rows))),
+                         tuple(v for v in VIEWS if v in views[key]))
+            for key, cols in columns.items()
         }
 
     # -- points -----------------------------------------------------------------
@@ -137,7 +160,9 @@ class Compiler:
         steps = tuple(fits) + self._steps(name, {n: read for n, (_, read) in reads.items()},
                                           {n: spec.input for n, (spec, _) in reads.items()}, writes)
         metrics = tuple(
-            MetricPlan(mname, m.kind, self._path(name, self.metric_step_input(m)), m.model_dump(exclude={"kind", "input"}))
+            MetricPlan(mname, m.kind, self._path(name, self.metric_step_input(m)), m.model_dump(exclude={"kind", "input"}),
+                       {role: self._path(name, key) for role, (key, _) in self.metric_runs(mname, m).items()
+                        if role != "intervened"})
             for mname, m in self.doc.metrics.items()
         )
         return Point(name, values, steps, metrics, tuple(records + write_records), tuple(eligible), point_doc)
@@ -270,6 +295,9 @@ class Compiler:
             scoring = self.scorings.get(input_name)
             if mine or wrote or scoring:
                 steps.append(Run(self._path(point, input_name), input_name, mine, wrote, scoring))
+            clean = self.scorings.get(f"{input_name}.clean")
+            if clean:  # the same input, nothing written: for metrics that compare with the clean run
+                steps.append(Run(self._path(point, f"{input_name}.clean"), input_name, (), (), clean))
         return tuple(steps)
 
     @staticmethod

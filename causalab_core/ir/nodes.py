@@ -104,6 +104,9 @@ class Scoring:
     columns: tuple[str, ...]
     token_ids: Rows
     """Per row: one token id per column."""
+    views: tuple[str, ...] = ("answers",)
+    """What comes back (``contracts.VIEWS``): the answer columns' logits and log-sum-exp always; ``ranks``, each
+    column's rank over the vocabulary (reduced where the logits are); ``logprobs``, the whole distribution."""
 
 
 @dataclass(frozen=True)
@@ -167,8 +170,11 @@ class MetricPlan:
     name: str
     kind: str
     step: str
-    """Path of the run whose scoring it reads."""
+    """Path of the run whose scoring it reads (the ``intervened`` run)."""
     params: dict[str, Any]
+    runs: dict[str, str] = field(default_factory=dict)
+    """The other runs it reads, by role (``base``: the clean run of the scored input; ``counterfactual``:
+    the run of the input its writes take their values from) -> step path."""
 
 
 @dataclass(frozen=True)

@@ -108,17 +108,16 @@ class Execution:
     def score(self, step: Run, store, swaps) -> dict[str, torch.Tensor]:
         """A run over every row with its reads and writes; the answer scores come back (if it is scored)."""
         skip = first_written_layer(step) if self.optimize else 0
-        logits, lse = [], []
+        scored = []
         self._new_reads(step, store, sum(b.stop - b.start for b in self.batches[step.input]))
         for batch in self.batches[step.input]:
             out = self.forward(batch, step, store, swaps, stop=True, skip=skip)
             if step.scoring is not None:
-                scores = answer_scores(out.logits[:, -1, :], step.scoring.token_ids[batch.start:batch.stop])
-                logits.append(scores["answer_logits"])
-                lse.append(scores["logsumexp"])
-        if step.scoring is None:
+                scored.append(answer_scores(out.logits[:, -1, :], step.scoring.token_ids[batch.start:batch.stop],
+                                            step.scoring.views))
+        if not scored:
             return {}
-        return {"answer_logits": torch.cat(logits), "logsumexp": torch.cat(lse)}
+        return {name: torch.cat([s[name] for s in scored]) for name in scored[0]}
 
     def record(self, batch_list: list[Batch], step: Run, store) -> None:
         """A read-only run: its reads land in ``store``; the forward stops after the last module read."""
