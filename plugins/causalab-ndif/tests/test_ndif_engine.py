@@ -50,8 +50,11 @@ def test_a_sweep_through_the_server_writes_the_local_files_byte_for_byte(ndif_se
     assert theirs["server"] == {"asked": ndif_server.host, "python": sys.version.split()[0],
                                 "versions": watched_versions()}
     assert theirs["served_dtype"] == "torch.float32"
-    # The server computed its own digest of its installed causalab; it is this client's.
-    assert theirs["server_causalab"] == causalab_digests(registry())["distributions"]
+    # The server computed its own digest of its installed causalab: a lean image, whose every
+    # distribution is this client's, byte for byte.
+    assert sorted(theirs["server_causalab"]) == ["causalab-core", "causalab-featurizers", "causalab-nnterp"]
+    client = causalab_digests(registry())["distributions"]
+    assert theirs["server_causalab"] == {name: client[name] for name in theirs["server_causalab"]}
 
 
 def test_ragged_and_chat_documents_come_home_the_same(ndif_server, tmp_path):
@@ -408,3 +411,25 @@ def test_a_remote_sweep_killed_midway_resumes_to_the_same_bytes(ndif_server, tmp
     resumed = ndif_server.run([CAUSALAB, "run", str(SWEEP), "--engine", "ndif", "--out", str(out), "--resume"])
     assert resumed.returncode == 0, resumed.stderr
     assert tree(out) == tree(tmp_path / "whole")  # run.json and the manifest included
+
+
+
+def test_metrics_that_read_the_vocabulary_and_the_clean_runs_come_home_the_same(ndif_server, write_doc, tmp_path):
+    """kl (full log-probabilities of two runs travel), answer_rank (reduced on the server) and
+    normalized_logit_diff (three runs' answer columns) give the local bytes."""
+    document = json.loads(SWEEP.read_text())
+    document["sweep"] = {"layer": [2, 5], "pos": [-1]}
+    document["data"]["causal_model"]["rows"] = 20
+    document["metrics"] = {
+        "kl": {"kind": "kl"}, "kl_base": {"kind": "kl", "reference": "base"},
+        "rank": {"kind": "answer_rank", "answer": "cf_answer"},
+        "nld": {"kind": "normalized_logit_diff", "target": "cf_answer", "other": "base_answer"},
+    }
+    path = write_doc(document)
+    remote = ndif_server.run([CAUSALAB, "run", str(path), "--engine", "ndif", "--out", str(tmp_path / "r")])
+    assert remote.returncode == 0, remote.stderr
+    local = run_local(path, "--engine", "nnterp", "--out", tmp_path / "l")
+    assert local.returncode == 0, local.stderr
+    here, there = tree(tmp_path / "l"), tree(tmp_path / "r")
+    assert sorted(here) == sorted(there) and len([n for n in here if n.endswith("/kl.json")]) == 2
+    assert [name for name in here if name not in ("run.json", "manifest.json") and here[name] != there[name]] == []
