@@ -179,7 +179,12 @@ def plugins(verbose: Verbose = False) -> None:
              "hooks": list(p.hooks), "digest": p.digest,
              "provides": {kind: [n for n in reg.names(kind) if reg.provider(kind, n) is p]
                           for kind in ("engine", "position", "featurizer", "metric", "causal_model")
-                          if any(reg.provider(kind, n) is p for n in reg.names(kind))}}
+                          if any(reg.provider(kind, n) is p for n in reg.names(kind))},
+             # A name two plugins offer: neither is used, and a document naming it is refused.
+             **({"clashes": clashes} if (clashes := [f"{kind} {name!r} (also offered by "
+                                                     f"{', '.join(d for d in dists if d != p.distribution)})"
+                                                     for (kind, name), dists in sorted(reg.clashes.items())
+                                                     if p.distribution in dists]) else {})}
             for p in reg.plugins
         ]
         print(json.dumps(listing, indent=2))

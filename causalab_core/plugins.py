@@ -18,7 +18,7 @@ import pluggy
 
 from causalab_core.errors import PluginError
 from causalab_core.hookspecs import PROJECT
-from causalab_core.provenance import causalab_digests, package_dir, source_digest
+from causalab_core.provenance import causalab_digests, distribution_digest
 
 # Which kind each registration hook provides.
 KIND_HOOKS = {
@@ -49,6 +49,8 @@ class Registry:
         self.pm = pm
         self.plugins = plugins
         self._components: dict[str, dict[str, tuple[type, PluginInfo]]] = {}
+        self.clashes: dict[tuple[str, str], list[str]] = {}
+        """(kind, name) -> the distributions that each offer it: loaded, listed, refused only where used."""
         by_module = {p.module: p for p in plugins}
         for kind, hook_name in KIND_HOOKS.items():
             found: dict[str, tuple[type, PluginInfo]] = {}
@@ -60,11 +62,11 @@ class Registry:
                         raise PluginError(
                             f"{kind} class {cls.__qualname__} from {owner.distribution} has no `name`"
                         )
-                    if name in found:
-                        other = found[name][1].distribution
-                        raise PluginError(
-                            f"{kind} name {name!r} is provided twice: by {other} and by {owner.distribution}"
-                        )
+                    if name in found or (kind, name) in self.clashes:
+                        owners = self.clashes.setdefault((kind, name), [found.pop(name)[1].distribution]
+                                                         if name in found else [])
+                        owners.append(owner.distribution)
+                        continue
                     found[name] = (cls, owner)
             self._components[kind] = found
 
@@ -78,6 +80,9 @@ class Registry:
         except KeyError:
             pass
         at = f" at {where}" if where else ""
+        if (kind, name) in self.clashes:
+            both = " and by ".join(self.clashes[kind, name])
+            raise PluginError(f"{kind} name {name!r}{at} is provided twice: by {both}; uninstall one of them")
         known = ", ".join(self.names(kind)) or "none"
         raise PluginError(f"unknown {kind} {name!r}{at}; installed: {known}")
 
@@ -113,7 +118,7 @@ def core_info() -> PluginInfo:
         distribution="causalab-core",
         version=_version("causalab-core"),
         hooks=(),
-        digest=source_digest(package_dir(causalab_core)),
+        digest=distribution_digest("causalab-core", causalab_core),
         module=causalab_core,
     )
 
@@ -139,6 +144,7 @@ def build_registry(extra: tuple[Any, ...] = (), blocked: tuple[str, ...] = ()) -
     for name in blocked:
         pm.set_blocked(name)
     infos: list[PluginInfo] = []
+    refuse_shared_entry_points()
     pm.load_setuptools_entrypoints(PROJECT)
     for plugin, dist in pm.list_plugin_distinfo():
         name = pm.get_name(plugin)
@@ -154,12 +160,23 @@ def build_registry(extra: tuple[Any, ...] = (), blocked: tuple[str, ...] = ()) -
     return Registry(pm, infos)
 
 
+def refuse_shared_entry_points() -> None:
+    """Two distributions whose ``causalab`` entry points share a name: pluggy would load one of them
+    silently and the other would seem not installed. One line naming both, before anything loads."""
+    owners: dict[str, set[str]] = {}
+    for dist in importlib.metadata.distributions():
+        for ep in dist.entry_points:
+            if ep.group == PROJECT:
+                owners.setdefault(ep.name, set()).add(dist.metadata["name"])
+    for name, dists in sorted(owners.items()):
+        if len(dists) > 1:
+            raise PluginError(f"entry point {name!r} of group {PROJECT!r} is declared by both "
+                              f"{' and '.join(sorted(dists))}: only one of them could load; uninstall one")
+
+
 def _info(pm: pluggy.PluginManager, name: str, plugin: Any, dist: str) -> PluginInfo:
     hooks = tuple(sorted(h.name for h in pm.get_hookcallers(plugin) or ()))
-    if isinstance(plugin, ModuleType) and getattr(plugin, "__file__", None):
-        digest = source_digest(package_dir(plugin))
-    else:
-        digest = "unknown"
+    digest = distribution_digest(dist, plugin if isinstance(plugin, ModuleType) else None)
     return PluginInfo(name, dist, _version(dist), hooks, digest, plugin)
 
 

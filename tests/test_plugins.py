@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from causalab_core import hookimpl, hookspecs
+from causalab_core import api, hookimpl, hookspecs
 from causalab_core.cli import app
 from causalab_core.errors import PluginError
 from causalab_core.plugins import build_registry
@@ -23,7 +23,8 @@ def test_plugins_lists_the_shipped_plugins_with_versions_hooks_and_digests():
     assert result.exit_code == 0
     listing = {p["distribution"]: p for p in json.loads(result.stdout)}
     assert listing["causalab-hooks"]["provides"] == {"engine": ["hooks"]}
-    assert listing["causalab-metrics"]["provides"] == {"metric": ["iia", "logit_diff", "p_answer"]}
+    assert listing["causalab-metrics"]["provides"] == {"metric": ["answer_rank", "iia", "kl", "logit_diff",
+                                                             "normalized_logit_diff", "p_answer"]}
     assert listing["causalab-positions"]["provides"] == {"position": ["index", "scoped_index", "variable"]}
     assert listing["causalab-nnterp"]["provides"] == {"engine": ["nnterp"]}
     assert listing["causalab-toy"]["hooks"] == ["causalab_causal_models", "causalab_model_source"]
@@ -49,10 +50,21 @@ def _inline_plugin(name: str, dist: str, metric_name: str):
     return module
 
 
-def test_a_duplicate_name_names_both_distributions():
-    plugin = _inline_plugin("imposter", "causalab-imposter", "iia")
-    with pytest.raises(PluginError, match="metric name 'iia' is provided twice: by causalab-metrics and by causalab-imposter"):
-        build_registry(extra=(plugin,))
+def test_a_name_offered_twice_is_refused_where_used_and_nowhere_else(write_doc, tiny_llama, tmp_path):
+    from causalab_testing.data import sweep_document, weekday_rows
+
+    registry = build_registry(extra=(_inline_plugin("imposter", "causalab-imposter", "iia"),))
+    from causalab_core.errors import DocumentError
+
+    with pytest.raises(DocumentError, match="metric name 'iia' at \\$.metrics.iia.kind is provided twice: by "
+                                            "causalab-metrics and by causalab-imposter; uninstall one of them"):
+        api.plan(write_doc(sweep_document(str(tiny_llama)), weekday_rows(4)), registry=registry)
+    # A document that does not name it runs, and the listing still shows everything that loaded.
+    document = sweep_document(str(tiny_llama), layers=[1], positions=[-1])
+    del document["metrics"]["iia"]
+    result = api.run(write_doc(document, weekday_rows(4), name="other.json"), registry=registry)
+    assert {m.name for m in result.metrics} == {"logit_diff", "p_answer"}
+    assert registry.clashes == {("metric", "iia"): ["causalab-metrics", "causalab-imposter"]}
 
 
 def test_a_third_party_metric_registers_like_a_built_in_one():
@@ -186,3 +198,74 @@ def test_a_plugin_adds_commands_and_may_not_take_a_name_already_used(monkeypatch
     monkeypatch.setattr(ndif, "causalab_commands", lambda app: app.command("run")(lambda: None))
     with pytest.raises(PluginError, match="causalab-ndif adds the command 'run', which causalab already has"):
         cli.add_plugin_commands(app_with_run())
+
+
+def _site_with(tmp_path: Path, dists: dict[str, dict[str, str]]) -> Path:
+    """A site folder of non-editable distributions: ``{name: {file: text}}``, each with its RECORD."""
+    site = tmp_path / "site"
+    site.mkdir(exist_ok=True)
+    for name, files in dists.items():
+        info = site / f"{name.replace('-', '_')}-0.1.0.dist-info"
+        info.mkdir()
+        for rel, text in files.items():
+            (site / rel).parent.mkdir(parents=True, exist_ok=True)
+            (site / rel).write_text(text)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1.0\n")
+        module = next(iter(files)).removesuffix(".py").split("/")[0]
+        (info / "entry_points.txt").write_text(f"[causalab]\n{name.removeprefix('causalab-')} = {module}\n")
+        (info / "RECORD").write_text("".join(f"{rel},,\n" for rel in files) + f"{info.name}/METADATA,,\n")
+    return site
+
+
+def _plugins_from(site: Path) -> subprocess.CompletedProcess:
+    code = ("import site, sys; site.addsitedir(sys.argv[1]); sys.argv = ['causalab', 'plugins'];"
+            "from causalab_core.cli import main; main()")
+    return subprocess.run([sys.executable, "-c", code, str(site)], capture_output=True, text=True)
+
+
+PLUGIN = '"""A single-module plugin."""\nfrom causalab_core import hookimpl\n'
+
+
+def test_a_single_module_plugin_is_digested_from_its_own_files(tmp_path):
+    site = _site_with(tmp_path, {"causalab-x": {"causalab_x.py": PLUGIN}, "unrelated": {"unrelated.py": "A = 1\n"}})
+
+    def digest() -> str:
+        done = _plugins_from(site)
+        assert done.returncode == 0, done.stderr
+        return next(p["digest"] for p in json.loads(done.stdout) if p["distribution"] == "causalab-x")
+
+    first = digest()
+    (site / "unrelated.py").write_text("A = 2\n")  # another package in the same site changes
+    assert digest() == first
+    (site / "causalab_x.py").write_text(PLUGIN + "# edited\n")
+    assert digest() != first
+
+
+def test_two_distributions_sharing_an_entry_point_name_is_one_line(tmp_path):
+    site = _site_with(tmp_path, {"causalab-metrics2": {"causalab_metrics2.py": PLUGIN}})
+    info = next(site.glob("causalab_metrics2-*.dist-info"))
+    (info / "entry_points.txt").write_text("[causalab]\nmetrics = causalab_metrics2\n")  # causalab-metrics' own name
+    done = _plugins_from(site)
+    assert done.returncode != 0 and done.stdout == ""
+    assert done.stderr == ("PluginError: entry point 'metrics' of group 'causalab' is declared by both causalab-metrics "
+                           "and causalab-metrics2: only one of them could load; uninstall one\n")
+
+
+class _Greedy:
+    """A resolver that also takes plain integers, which the index resolver owns."""
+
+    name = "greedy"
+
+    def accepts(self, spec):
+        return isinstance(spec, int)
+
+
+def test_a_position_form_two_resolvers_accept_is_refused_naming_both(write_doc, tiny_llama):
+    from causalab_core.errors import DocumentError
+    from causalab_testing.data import sweep_document, weekday_rows
+
+    module = types.ModuleType("greedy")
+    module.causalab_position_resolvers = hookimpl(lambda: [_Greedy])
+    registry = build_registry(extra=(module,))
+    with pytest.raises(DocumentError, match=r"position -4 is accepted by more than one resolver \(greedy, index\)"):
+        api.plan(write_doc(sweep_document(str(tiny_llama)), weekday_rows(4)), registry=registry)

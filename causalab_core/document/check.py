@@ -190,14 +190,24 @@ def check_plugins(document: Document, registry: Registry) -> dict[str, Any]:
     return metric_params
 
 
+def resolver_for(value: Any, resolvers: list, where: str) -> Any:
+    """The one resolver that accepts a position form; None for none. Two that both accept it is an
+    error naming them: no plugin may take over a form another one owns."""
+    accepting = [r for r in resolvers if r.accepts(value)]
+    if len(accepting) > 1:
+        raise DocumentError(f"{where}: position {echo(value)} is accepted by more than one resolver "
+                            f"({', '.join(sorted(r.name for r in accepting))}); a form must belong to one")
+    return accepting[0] if accepting else None
+
+
 def check_position(value: Any, resolvers: list, registry: Registry, where: str) -> None:
-    for resolver in resolvers:
-        if resolver.accepts(value):
-            try:
-                resolver.check(value)
-            except ValueError as exc:
-                raise DocumentError(f"{where}: {clip(str(exc))}") from None
-            return
+    resolver = resolver_for(value, resolvers, where)
+    if resolver is not None:
+        try:
+            resolver.check(value)
+        except ValueError as exc:
+            raise DocumentError(f"{where}: {clip(str(exc))}") from None
+        return
     if isinstance(value, int) and not registry.names("position"):
         registry.get("position", "index", where)
     raise DocumentError(
