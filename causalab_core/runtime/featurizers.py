@@ -34,5 +34,15 @@ def loaded_state(ref) -> dict:
 
 def featurizers_for(step, fitted: dict, classes: Mapping[str, type]) -> dict:
     """Each write's featurizer: the one trained earlier in the point, else a fresh one (None for a plain swap)."""
-    return {w.name: (fitted.get(w.featurizer.name) if w.featurizer else None) or featurizer_for(w, classes)
+    return {w.name: (fitted.get(w.featurizer.name) if w.featurizer else None) or untrained(w, classes)
             for w in step.writes}
+
+
+def untrained(write, classes: Mapping[str, type]):
+    """A featurizer no step trained, built from a fixed seed: one that draws its initial state from
+    torch's global generator (a DAS rotation with no ``seed``) is then the same in every engine and run."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return featurizer_for(write, classes)

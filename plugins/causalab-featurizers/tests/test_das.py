@@ -142,6 +142,19 @@ def test_hooks_and_nnterp_train_the_same_rotation(tmp_path, write_doc, tiny_llam
     assert (tmp_path / "hooks" / "iia.json").read_bytes() == (tmp_path / "nnterp" / "iia.json").read_bytes()
 
 
+def test_an_untrained_unseeded_rotation_is_the_same_in_every_run_and_engine(tmp_path, write_doc, tiny_llama):
+    """DAS with no seed, no file and no training draws from torch's global generator; the runtime builds
+    such a featurizer from a fixed seed, so its numbers never depend on what ran before in the process."""
+    path = write_doc(das_document(str(tiny_llama), 2), weekday_rows(12))
+    torch.manual_seed(123)  # whatever the process's generator holds
+    api.run(path, out=tmp_path / "a", engine="hooks")
+    torch.manual_seed(456)
+    api.run(path, out=tmp_path / "b", engine="hooks")
+    api.run(path, out=tmp_path / "c", engine="nnterp")
+    first = (tmp_path / "a" / "logit_diff.json").read_bytes()
+    assert (tmp_path / "b" / "logit_diff.json").read_bytes() == first == (tmp_path / "c" / "logit_diff.json").read_bytes()
+
+
 def test_an_engine_without_training_refuses_before_loading_weights(tmp_path, write_doc, tiny_llama):
     from causalab_core import hookimpl
     from causalab_core.contracts import Engine
