@@ -15,7 +15,7 @@ import hashlib
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,8 @@ def store_path(out: Path) -> Path:
 class Store:
     path: Path
     state: dict[str, Any]
+    made: list[Path] = field(default_factory=list)
+    """Folders above --out that did not exist and were made for the store (removed with it while empty)."""
 
     @property
     def points(self) -> Path:
@@ -75,6 +77,11 @@ class Store:
 
     def remove(self) -> None:
         _remove(self.path)
+        for folder in self.made:  # deepest first; one that now holds the output folder stays
+            try:
+                folder.rmdir()
+            except OSError:
+                break
 
 
 def _write_state(path: Path, state: dict[str, Any]) -> None:
@@ -112,11 +119,12 @@ def open_store(out: Path, identity: dict[str, str], *, resume: bool) -> Store:
         _remove(path)  # a dead run's store: this run starts over
     elif path.exists():
         raise OutputError(f"{where}: {path.name} beside it is not causalab's; move it away")
-    path.mkdir()
+    made = [p for p in [path.parent, *path.parent.parents] if not p.exists()]
+    path.mkdir(parents=True)
     (path / "points").mkdir()
     state = {"written_by": MARK, "pid": os.getpid(), "identity": identity, "details": {}}
     _write_state(path, state)
-    return Store(path, state)
+    return Store(path, state, made)
 
 
 def point_files(point: Any, files: dict[str, bytes]) -> dict[str, bytes]:

@@ -81,6 +81,10 @@ def test_a_model_actor_killed_mid_job_is_named(ndif_server, tmp_path):
 
 
 def test_a_model_actor_that_stops_answering_is_bounded_by_the_timeout(ndif_server, tmp_path):
+    # The deployment is up again (a killed actor is provisioned anew by the next job): the timeout then
+    # bounds a job that runs and stops answering, not one still waiting for a model.
+    warm = ndif_server.run([CAUSALAB, "run", str(SWEEP), "--engine", "ndif", "--out", str(tmp_path / "warm")])
+    assert warm.returncode == 0, warm.stderr
     stopped: list[int] = []
 
     def stop():
