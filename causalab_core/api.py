@@ -14,12 +14,14 @@ from pydantic import ValidationError
 from causalab_core.compiler import compile_document
 from causalab_core.contracts import HERE, Remote
 from causalab_core.document import LoadedDocument, load_document
-from causalab_core.errors import EngineError, OutputError
+from causalab_core.errors import EngineError, OutputError, shorten
 from causalab_core.ir import Plan
 from causalab_core.plugins import Registry, registry as default_registry
 from causalab_core.provenance import run_record
 from causalab_core.output import check_out, write_folder
-from causalab_core.resume import Store, chunk_size, open_store, ordered_files, plan_digest, point_files
+from causalab_core.resume import (
+    Store, chunk_size, has_store, open_store, ordered_files, plan_digest, point_files, store_path,
+)
 from causalab_core.results import MetricResult, dump, output_files, score
 
 
@@ -106,10 +108,13 @@ def run(
     reg = registry or default_registry()
     out_path = Path(out) if out is not None else None
     loaded = load_document(path, data_root, reg)
+    if resume and out_path is None:
+        raise OutputError("--resume needs --out: the folder whose interrupted run to finish")
+    if resume and not has_store(out_path):
+        raise OutputError(f"--out {shorten(str(out_path))}: nothing to resume (no interrupted run of it left "
+                          f"{store_path(out_path.resolve()).name})")
     if out_path is not None:
         check_out(out_path, force=force, protected=loaded.read_paths())
-    elif resume:
-        raise OutputError("--resume needs --out: the folder whose interrupted run to finish")
     engine_cls = reg.get("engine", engine, "--engine")
     chosen = engine_options(engine_cls, options)
     remote = remote or engine_cls.runs_remote
@@ -131,8 +136,10 @@ def run(
         metrics, files = execute(built)
         record = record_for(runner.details)
     else:
+        # Everything that decides the bytes: a resumed run must be the run that was interrupted.
         identity = {"document": sha256(dump(built.document)).hexdigest(), "plan": plan_digest(built),
-                    "causalab": reg.combined_digest(), "engine": engine}
+                    "causalab": reg.combined_digest(), "engine": engine, "batch size": batch_size,
+                    "device map": device_map, "engine options": chosen.model_dump(mode="json")}
         store = open_store(out_path, identity, resume=resume)
         try:
             run_kept(built, store, execute, lambda: runner.details, points_done)

@@ -224,7 +224,14 @@ def table(
             raise DocumentError(f"--format {echo(fmt)}: expected csv or json")
         records = load(folder).records["summaries" if summaries else "rows"]
         if fmt == "json":
-            sys.stdout.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+            from causalab_core.results import NOT_A_NUMBER
+
+            def plain(value):  # strict JSON: a NaN is written as the metric files write it
+                return NOT_A_NUMBER[str(value)] if isinstance(value, float) and value != value or value in (
+                    float("inf"), float("-inf")) else value
+
+            sys.stdout.write("".join(json.dumps({k: plain(v) for k, v in r.items()}, ensure_ascii=False,
+                                                allow_nan=False) + "\n" for r in records))
             return
         columns = list(dict.fromkeys(k for r in records for k in r))
         writer = csv.DictWriter(sys.stdout, fieldnames=columns, lineterminator="\n")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,11 @@ from causalab_core.table import load, metric_files
 
 def _by_file(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in metric_files(folder)}
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal, a NaN counting as equal to a NaN."""
+    return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
 
 
 def _grouped(rows: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
@@ -23,7 +29,7 @@ def compare(a: str | Path, b: str | Path) -> dict[str, Any]:
     """``{"identical": bool, "metrics": {name: {...}}, "only_in_a": [...], "only_in_b": [...]}``.
 
     Per metric: ``files`` (in both), ``files_differ``, ``rows`` (compared), ``rows_differ``,
-    ``largest_difference`` (over rows both scored), ``flips`` (``{point: [row, ...]}`` for IIA: rows whose
+    ``largest_difference`` (over rows both scored with a finite number), ``not_a_number_differs``, ``flips`` (``{point: [row, ...]}`` for IIA: rows whose
     0/1 outcome changed), ``eligibility_differs`` (rows scored in one run only).
     """
     left, right = load(a), load(b)
@@ -34,7 +40,8 @@ def compare(a: str | Path, b: str | Path) -> dict[str, Any]:
         point, _, file = rel.rpartition("/")
         name = file.removesuffix(".json")
         entry = metrics.setdefault(name, {"files": 0, "files_differ": 0, "rows": 0, "rows_differ": 0,
-                                          "largest_difference": 0.0, "flips": {}, "eligibility_differs": 0})
+                                          "largest_difference": 0.0, "flips": {}, "eligibility_differs": 0,
+                                          "not_a_number_differs": 0})
         entry["files"] += 1
         mine, theirs = rows_a.get((point, name), []), rows_b.get((point, name), [])
         entry["rows"] += len(mine)
@@ -43,13 +50,14 @@ def compare(a: str | Path, b: str | Path) -> dict[str, Any]:
         entry["files_differ"] += 1
         entry["rows_differ"] += abs(len(mine) - len(theirs))
         for x, y in zip(mine, theirs):
-            if (x["value"], x["eligible"]) == (y["value"], y["eligible"]):
+            if x["eligible"] == y["eligible"] and _same(x["value"], y["value"]):
                 continue
             entry["rows_differ"] += 1
             if x["eligible"] != y["eligible"] or x["value"] is None or y["value"] is None:
                 entry["eligibility_differs"] += 1
                 continue
-            if isinstance(x["value"], str) or isinstance(y["value"], str):  # "NaN": no distance to measure
+            if not (math.isfinite(x["value"]) and math.isfinite(y["value"])):  # NaN on one side: no distance
+                entry["not_a_number_differs"] += 1
                 continue
             entry["largest_difference"] = max(entry["largest_difference"], abs(x["value"] - y["value"]))
             if x["kind"] == "iia":
@@ -74,6 +82,8 @@ def describe(report: dict[str, Any], a: str, b: str) -> str:
                 f" largest difference {m['largest_difference']:.9g}")
         if m["eligibility_differs"]:
             line += f", {m['eligibility_differs']} rows scored in one run only"
+        if m["not_a_number_differs"]:
+            line += f", {m['not_a_number_differs']} rows a number in one run and NaN or infinite in the other"
         lines.append(line)
         if m["flips"]:
             flips = sum(len(rows) for rows in m["flips"].values())

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from causalab_core.errors import OutputError, shorten
+from causalab_core.errors import OutputError, echo, shorten
 from causalab_core.output import _pid_running, _remove, signals_deferred
 
 MARK = "causalab resume"
@@ -56,8 +56,11 @@ class Store:
         return self.path / "points"
 
     def done(self) -> set[int]:
-        """Indices of the points kept whole."""
-        return {int(p.name) for p in self.points.iterdir() if p.name.isdigit() and p.is_dir()}
+        """Indices of the points kept whole: every file as ``resume.json`` lists it (a point whose files
+        were changed or removed since is not done, and runs again)."""
+        kept = self.state.setdefault("kept", {})
+        return {int(p.name) for p in self.points.iterdir()
+                if p.name.isdigit() and p.is_dir() and not p.is_symlink() and _digests(p) == kept.get(p.name)}
 
     def keep(self, index: int, files: dict[str, bytes], details: dict[str, Any]) -> None:
         """Keep one completed point (its files by path inside the point) and what the engine said."""
@@ -67,9 +70,13 @@ class Store:
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
             (tmp / rel).write_bytes(data)
         self.state["details"] = details
+        self.state.setdefault("kept", {})[str(index)] = {rel: _sha(data) for rel, data in sorted(files.items())}
         with signals_deferred():
+            target = self.points / str(index)
+            if target.is_dir() and not target.is_symlink():  # a point kept before, changed since: redone
+                _remove(target)
             _write_state(self.path, self.state)
-            tmp.rename(self.points / str(index))
+            tmp.rename(target)
 
     def files(self, index: int) -> dict[str, bytes]:
         folder = self.points / str(index)
@@ -84,6 +91,14 @@ class Store:
                 break
 
 
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): _sha(p.read_bytes()) for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
 def _write_state(path: Path, state: dict[str, Any]) -> None:
     part = path / f".resume.json.{os.getpid()}.part"
     part.write_text(json.dumps(state, indent=1) + "\n")
@@ -95,34 +110,63 @@ def _read_state(path: Path) -> dict[str, Any] | None:
         state = json.loads((path / "resume.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return state if isinstance(state, dict) and state.get("written_by") == MARK else None
+    if not isinstance(state, dict) or state.get("written_by") != MARK:
+        return None
+    if not isinstance(state.get("pid"), int) or state["pid"] <= 0 or not isinstance(state.get("identity"), dict) \
+            or not isinstance(state.get("kept", {}), dict):
+        return None
+    return state
+
+
+def _foreign(path: Path) -> str | None:
+    """The first entry of a store that causalab does not put there, or None."""
+    for entry in sorted(path.iterdir()):
+        if entry.name not in ("resume.json", "points") and not entry.name.startswith(".resume.json."):
+            return entry.name
+    points = path / "points"
+    if points.is_symlink() or not points.is_dir():
+        return "points"
+    for entry in sorted(points.iterdir()):
+        if not (entry.name.isdigit() or entry.name.startswith(".")) or entry.is_symlink():
+            return f"points/{entry.name}"
+    return None
+
+
+def has_store(out: Path) -> bool:
+    return _read_state(store_path(out.resolve())) is not None
 
 
 def open_store(out: Path, identity: dict[str, str], *, resume: bool) -> Store:
     """The store for a run on ``out``: the interrupted run's (``resume``, same identity) or a new one."""
     path = store_path(out.resolve())
     where = f"--out {shorten(str(out))}"
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        raise OutputError(f"{where}: {path.name} beside it is not causalab's store (a link or a file); move it away")
     state = _read_state(path)
-    if state is not None and _pid_running(int(state.get("pid", 0))):
-        raise OutputError(f"{where}: another causalab run (pid {state['pid']}) is writing it")
+    if path.exists() and (state is not None or any(path.iterdir())):
+        foreign = _foreign(path) if state is not None else "resume.json"
+        if foreign:
+            raise OutputError(f"{where}: {path.name} beside it holds {echo(foreign)}, which causalab did not "
+                              "write; move it away")
+    if state is not None and _pid_running(state["pid"]):
+        raise OutputError(f"{where}: another causalab run (pid {state['pid']}) is writing it; if none is, "
+                          f"remove {path.name}")
     if resume:
         if state is None:
             raise OutputError(f"{where}: nothing to resume (no interrupted run of it left {path.name})")
-        differ = [key for key, value in identity.items() if state.get("identity", {}).get(key) != value]
+        differ = [key for key, value in identity.items() if state["identity"].get(key) != value]
         if differ:
             raise OutputError(f"{where}: --resume refused: the interrupted run came from another "
                               f"{', '.join(differ)}; run without --resume to start over")
         state["pid"] = os.getpid()
         _write_state(path, state)
         return Store(path, state)
-    if state is not None or (path.is_dir() and not any(path.iterdir())):
-        _remove(path)  # a dead run's store: this run starts over
-    elif path.exists():
-        raise OutputError(f"{where}: {path.name} beside it is not causalab's; move it away")
+    if path.exists():
+        _remove(path)  # a dead run's store (or an empty folder): this run starts over
     made = [p for p in [path.parent, *path.parent.parents] if not p.exists()]
     path.mkdir(parents=True)
     (path / "points").mkdir()
-    state = {"written_by": MARK, "pid": os.getpid(), "identity": identity, "details": {}}
+    state = {"written_by": MARK, "pid": os.getpid(), "identity": identity, "details": {}, "kept": {}}
     _write_state(path, state)
     return Store(path, state, made)
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from causalab_core.errors import OutputError, echo
-from causalab_core.output import MANIFEST
+from causalab_core.output import MANIFEST, _read_manifest
+from causalab_core.results import NOT_A_NUMBER
 
 TOP_FILES = {"document.json", "run.json", MANIFEST, "data.jsonl"}
 
@@ -64,20 +66,55 @@ def metric_files(folder: Path) -> list[Path]:
     return found
 
 
+FIELDS = ("point", "metric", "kind", "row", "eligible", "value", "name", "file")
+"""The tables' own columns; a sweep axis of one of these names is shown as ``sweep_<name>``."""
+
+
+def _axis(name: str) -> str:
+    return f"sweep_{name}" if name in FIELDS else name
+
+
+def _checked(folder: Path) -> None:
+    """Refuse a folder whose files are not what causalab wrote (its manifest's sha256 of each)."""
+    listed = _read_manifest(folder)
+    if listed is None:
+        raise OutputError(f"{echo(str(folder))} is not a causalab output folder (no manifest.json of causalab's)")
+    for rel, digest in sorted(listed.items()):
+        path = folder / rel
+        if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+            what = "is missing" if not path.is_file() else "changed since causalab wrote it"
+            raise OutputError(f"{echo(str(path))} {what}; the run's numbers cannot be read from it")
+
+
+def _valid(content: Any) -> bool:
+    if not isinstance(content, dict) or not {"metric", "values", "eligible", "summary"} <= set(content):
+        return False
+    values, eligible = content["values"], content["eligible"]
+    return (isinstance(values, list) and isinstance(eligible, list) and len(values) == len(eligible)
+            and isinstance(content["summary"], dict) and isinstance(content.get("point", {}), dict)
+            and all(isinstance(ok, bool) for ok in eligible)
+            and all(v is None or v in NOT_A_NUMBER.values() or (isinstance(v, (int, float)) and not isinstance(v, bool))
+                    for v in values))
+
+
 def load(out: str | Path) -> LoadedRun:
-    """Read a finished causalab output folder (any engine, any document, with or without a sweep)."""
+    """Read a finished causalab output folder (any engine, any document, with or without a sweep).
+
+    Every file is checked against the folder's manifest first: a file changed or removed since the run
+    is refused in one line, never read as if it were the run's."""
     folder = Path(out)
     if not (folder / "run.json").is_file() or not (folder / "document.json").is_file():
         raise OutputError(f"{echo(str(folder))} is not a causalab output folder (no run.json and document.json)")
+    _checked(folder)
     document = _json(folder / "document.json")
     axes = tuple((document.get("sweep") or {}) if isinstance(document, dict) else ())
     rows, summaries, featurizers, points = [], [], [], {}
     for path in metric_files(folder):
         content = _json(path)
-        if not isinstance(content, dict) or not {"metric", "values", "eligible", "summary"} <= set(content):
+        if not _valid(content):
             raise OutputError(f"{echo(str(path))}: not a causalab metric file")
         point = path.parent.name if path.parent != folder else ""
-        points[point] = content.get("point") or {}
+        points[point] = {_axis(k): v for k, v in (content.get("point") or {}).items()}
         where = {**points[point], "point": point, "metric": content["metric"], "kind": content.get("kind")}
         for i, (value, eligible) in enumerate(zip(content["values"], content["eligible"])):
             # "NaN" / "Infinity" in the file (a value the metric could not compute) are floats here.

@@ -106,3 +106,39 @@ def test_a_long_run_without_a_terminal_prints_one_line_per_chunk(long_sweep, tmp
     assert [line.split(",")[0] for line in lines] == ["causalab: 16 of 40 points done", "causalab: 32 of 40 points done",
                                                       "causalab: 40 of 40 points done"], lines
     assert "24 left, about" in lines[0] and lines[2].endswith("0 left")
+
+
+def test_a_resume_with_another_batch_size_is_refused(long_sweep, tmp_path):
+    path, _ = long_sweep
+    out = tmp_path / "o"
+    _kill_after_first_chunk(path, out, signal.SIGKILL)
+    with pytest.raises(OutputError, match="the interrupted run came from another batch size; run without --resume"):
+        api.run(path, out=out, resume=True, batch_size=3)
+
+
+def test_a_kept_point_changed_since_is_computed_again(long_sweep, tmp_path):
+    path, whole = long_sweep
+    out = tmp_path / "o"
+    _kill_after_first_chunk(path, out, signal.SIGKILL)
+    kept = store_path(out) / "points" / "0"
+    metric = next(kept.glob("*.json"))
+    metric.write_text(metric.read_text().replace("0.", "9.", 1))  # a value edited by hand
+    api.run(path, out=out, resume=True)
+    assert tree(out) == tree(whole)
+
+
+@pytest.mark.parametrize("spoil", ["user file", "symlink"])
+def test_a_store_holding_what_causalab_did_not_write_is_refused(long_sweep, tmp_path, spoil):
+    path, _ = long_sweep
+    out = tmp_path / "o"
+    store = store_path(out)
+    if spoil == "user file":
+        _kill_after_first_chunk(path, out, signal.SIGKILL)
+        (store / "notes.txt").write_text("mine")
+    else:
+        (tmp_path / "elsewhere").mkdir()
+        store.symlink_to(tmp_path / "elsewhere")
+    done = subprocess.run([CAUSALAB, "run", str(path), "--out", str(out)], capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.startswith(f"OutputError: --out {out}: .o.resume beside it ")
+    assert done.stderr.count("\n") == 1
+    assert (store / "notes.txt").read_text() == "mine" if spoil == "user file" else store.is_symlink()

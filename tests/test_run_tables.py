@@ -99,10 +99,24 @@ def test_a_featurizer_folder_loads_with_its_trained_files(tmp_path):
     assert (tmp_path / "again" / trained["file"]).read_bytes() == (tmp_path / "out" / trained["file"]).read_bytes()
 
 
-def _rewrite(path: Path, change) -> None:
+def _rewrite(path: Path, change, folder: Path) -> None:
+    """Change a metric file as another run would have written it: its manifest entry follows."""
+    import hashlib
+
     content = json.loads(path.read_text())
     change(content)
     path.write_text(json.dumps(content))
+    _relist(folder, {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()})
+
+
+def _relist(folder: Path, changes: dict) -> None:
+    manifest = json.loads((folder / "manifest.json").read_text())
+    for rel, digest in changes.items():
+        if digest is None:
+            del manifest["files"][rel]
+        else:
+            manifest["files"][rel] = digest
+    (folder / "manifest.json").write_text(json.dumps(manifest))
 
 
 def test_compare_reports_exactly_the_differences_built_in(sweep_run, tmp_path):
@@ -118,9 +132,10 @@ def test_compare_reports_exactly_the_differences_built_in(sweep_run, tmp_path):
         for i in flip:
             content["values"][i] = 1.0 - content["values"][i]
 
-    _rewrite(other / "layers=2,pos=-1/iia.json", flip_two)
-    _rewrite(other / "layers=0,pos=-4/logit_diff.json", lambda c: c["values"].__setitem__(3, c["values"][3] + 0.5))
+    _rewrite(other / "layers=2,pos=-1/iia.json", flip_two, other)
+    _rewrite(other / "layers=0,pos=-4/logit_diff.json", lambda c: c["values"].__setitem__(3, c["values"][3] + 0.5), other)
     (other / "layers=0,pos=-1/p_answer.json").unlink()
+    _relist(other, {"layers=0,pos=-1/p_answer.json": None})
 
     done = subprocess.run([CAUSALAB, "compare", str(sweep_run), str(other), "--json"], capture_output=True, text=True)
     assert done.returncode == 1, done.stderr
@@ -135,3 +150,26 @@ def test_compare_reports_exactly_the_differences_built_in(sweep_run, tmp_path):
 
     text = subprocess.run([CAUSALAB, "compare", str(sweep_run), str(other)], capture_output=True, text=True).stdout
     assert f"2 IIA rows flipped (0-based data rows): layers=2,pos=-1: rows {flip[0]}, {flip[1]}" in text
+
+
+def test_a_run_changed_since_causalab_wrote_it_is_refused_in_one_line(sweep_run, tmp_path):
+    edited = tmp_path / "edited"
+    shutil.copytree(sweep_run, edited)
+    target = edited / "layers=2,pos=-1/iia.json"
+    target.write_text(target.read_text().replace("1.0", "0.0", 1))
+    (edited / "layers=0,pos=-4/p_answer.json").unlink()
+    for command in (["table", str(edited)], ["compare", str(sweep_run), str(edited)]):
+        done = subprocess.run([CAUSALAB, *command], capture_output=True, text=True)
+        assert done.returncode == 2 and done.stdout == ""
+        assert done.stderr == f"OutputError: '{edited}/layers=0,pos=-4/p_answer.json' is missing; the run's numbers cannot be read from it\n"
+
+
+def test_a_sweep_axis_named_like_a_column_keeps_its_values(tiny_llama, write_doc, tmp_path):
+    document = sweep_document(str(tiny_llama), layers=(1,), positions=(-1,))
+    document["sweep"] = {"value": [1, 2], "metric": [-1]}
+    for spec in (*document["reads"].values(), *document["writes"].values()):
+        spec["layer"], spec["position"] = {"sweep": "value"}, {"sweep": "metric"}
+    causalab_core.run(write_doc(document, weekday_rows(4)), out=tmp_path / "o")
+    rows = causalab_core.load(tmp_path / "o").records["rows"]
+    assert {(r["sweep_value"], r["sweep_metric"]) for r in rows} == {(1, -1), (2, -1)}
+    assert {r["metric"] for r in rows} == {"iia", "logit_diff", "p_answer"}
