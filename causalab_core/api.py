@@ -127,14 +127,14 @@ def run(
     def record_for(details: dict[str, Any]) -> dict[str, Any]:
         return run_record(reg, engine=engine, remote=remote, batch_size=batch_size, plan=built, details=details)
 
-    def execute(plan: Plan) -> tuple[list[MetricResult], dict[str, bytes]]:
+    def execute(plan: Plan) -> tuple[list[MetricResult], dict[str, Any], dict[str, bytes]]:
+        """Run ``plan`` on the engine: its metrics, its run record, its output files."""
         outputs = runner.execute(plan, featurizers=classes, remote=remote, batch_size=batch_size, progress=on_step)
-        metrics = score(plan, outputs, reg)
-        return metrics, output_files(plan, metrics, record_for(runner.details), outputs)
+        metrics, record = score(plan, outputs, reg), record_for(runner.details)
+        return metrics, record, output_files(plan, metrics, record, outputs)
 
     if out_path is None:
-        metrics, files = execute(built)
-        record = record_for(runner.details)
+        metrics, record, files = execute(built)
     else:
         # Everything that decides the bytes: a resumed run must be the run that was interrupted.
         identity = {"document": sha256(dump(built.document)).hexdigest(), "plan": plan_digest(built),
@@ -169,7 +169,7 @@ def run_kept(plan: Plan, store: Store, execute: Callable, details: Callable[[], 
         points_done(len(plan.points) - len(todo), len(plan.points))  # what an interrupted run already kept
     for start in range(0, len(todo), size):
         chunk = todo[start:start + size]
-        _, files = execute(replace(plan, points=tuple(plan.points[i] for i in chunk)))
+        _, _, files = execute(replace(plan, points=tuple(plan.points[i] for i in chunk)))
         for i in chunk:
             store.keep(i, point_files(plan.points[i], files), details())
         if points_done:

@@ -56,11 +56,10 @@ class Store:
         return self.path / "points"
 
     def done(self) -> set[int]:
-        """Indices of the points kept whole: every file as ``resume.json`` lists it (a point whose files
-        were changed or removed since is not done, and runs again)."""
-        kept = self.state.setdefault("kept", {})
+        """Indices of the points kept whole: every file as the point's own ``.digests.json`` lists it (a
+        point whose files were changed or removed since is not done, and runs again)."""
         return {int(p.name) for p in self.points.iterdir()
-                if p.name.isdigit() and p.is_dir() and not p.is_symlink() and _digests(p) == kept.get(p.name)}
+                if p.name.isdigit() and p.is_dir() and not p.is_symlink() and _digests(p) == _listed(p)}
 
     def keep(self, index: int, files: dict[str, bytes], details: dict[str, Any]) -> None:
         """Keep one completed point (its files by path inside the point) and what the engine said."""
@@ -69,18 +68,21 @@ class Store:
         for rel, data in files.items():
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
             (tmp / rel).write_bytes(data)
-        self.state["details"] = details
-        self.state.setdefault("kept", {})[str(index)] = {rel: _sha(data) for rel, data in sorted(files.items())}
+        # The point's digests travel with it (renamed in with it), so keeping a point writes only the point.
+        (tmp / DIGESTS).write_text(json.dumps({rel: _sha(data) for rel, data in sorted(files.items())}))
         with signals_deferred():
             target = self.points / str(index)
             if target.is_dir() and not target.is_symlink():  # a point kept before, changed since: redone
                 _remove(target)
-            _write_state(self.path, self.state)
+            if self.state["details"] != details:  # once per run, or when the engine's word changes
+                self.state["details"] = details
+                _write_state(self.path, self.state)
             tmp.rename(target)
 
     def files(self, index: int) -> dict[str, bytes]:
         folder = self.points / str(index)
-        return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+        return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+                if p.is_file() and p.name != DIGESTS}
 
     def remove(self) -> None:
         _remove(self.path)
@@ -95,8 +97,20 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+DIGESTS = ".digests.json"
+
+
 def _digests(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): _sha(p.read_bytes()) for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {str(p.relative_to(folder)): _sha(p.read_bytes()) for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name != DIGESTS}
+
+
+def _listed(folder: Path) -> dict[str, str] | None:
+    try:
+        listed = json.loads((folder / DIGESTS).read_text())
+    except (OSError, ValueError):
+        return None
+    return listed if isinstance(listed, dict) else None
 
 
 def _write_state(path: Path, state: dict[str, Any]) -> None:
@@ -112,8 +126,7 @@ def _read_state(path: Path) -> dict[str, Any] | None:
         return None
     if not isinstance(state, dict) or state.get("written_by") != MARK:
         return None
-    if not isinstance(state.get("pid"), int) or state["pid"] <= 0 or not isinstance(state.get("identity"), dict) \
-            or not isinstance(state.get("kept", {}), dict):
+    if not isinstance(state.get("pid"), int) or state["pid"] <= 0 or not isinstance(state.get("identity"), dict):
         return None
     return state
 
@@ -166,7 +179,7 @@ def open_store(out: Path, identity: dict[str, str], *, resume: bool) -> Store:
     made = [p for p in [path.parent, *path.parent.parents] if not p.exists()]
     path.mkdir(parents=True)
     (path / "points").mkdir()
-    state = {"written_by": MARK, "pid": os.getpid(), "identity": identity, "details": {}, "kept": {}}
+    state = {"written_by": MARK, "pid": os.getpid(), "identity": identity, "details": {}}
     _write_state(path, state)
     return Store(path, state, made)
 
