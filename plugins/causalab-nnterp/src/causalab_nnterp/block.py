@@ -13,23 +13,7 @@ import torch
 from causalab_core.runtime import (
     SITE_ORDER, answer_scores, as_heads, batches, featurizers_for, fit_featurizer, gather, minibatch, scatter,
 )
-
-# nnterp's standardized accessors for each site (heads go through the attention module).
-ACCESSORS = {
-    "block_input": ("layers_input", "input"),
-    "block_output": ("layers_output", "output"),
-    "attn_output": ("attentions_output", "output"),
-    "mlp_output": ("mlps_output", "output"),
-}
-
-
-def site_tensor(model, site):
-    """The live tensor of a site inside a trace, addressed by nnterp's names."""
-    if site.component in ACCESSORS:
-        return getattr(model, ACCESSORS[site.component][0])[site.layer]
-    projection = getattr(model.attentions[site.layer], site.module.rsplit(".", 1)[1])
-    return projection.input
-
+from causalab_nnterp.sites import by_nnterp_name
 
 def visit_order(step):
     """(site, reads, writes) groups in the order the forward reaches them."""
@@ -41,11 +25,12 @@ def visit_order(step):
     return [groups[key] for key in sorted(groups)]
 
 
-def run_step(model, prompts, step, store, batch_size, featurizers, labels=None):
+def run_step(model, prompts, step, store, batch_size, featurizers, labels=None, site_tensor=by_nnterp_name):
     """One plan step over every batch of rows: one trace per batch.
 
     With ``labels`` (training), the cross-entropy of the last-token logits is
     back-propagated inside the trace, where the graph through the model lives.
+    ``site_tensor``: how a site is found in the trace (``causalab_nnterp.sites``).
     """
     for read in step.reads:
         store[read.name] = [None] * len(prompts)
@@ -72,7 +57,7 @@ def run_step(model, prompts, step, store, batch_size, featurizers, labels=None):
     return {name: torch.cat([s[name] for s in scored]) for name in scored[0]}
 
 
-def fit(model, step, classes):
+def fit(model, step, classes, site_tensor=by_nnterp_name):
     """Train a featurizer (a plan's Fit step) inside the session; its state comes home in the results."""
     model.requires_grad_(False)
 
@@ -80,26 +65,29 @@ def fit(model, step, classes):
         source, source_prompts, target, target_prompts, labels = minibatch(step, idx)
         store = {}
         with torch.no_grad():
-            run_step(model, source_prompts, source, store, None, {})
-        run_step(model, target_prompts, target, store, None, {step.write.name: featurizer}, labels=labels)
+            run_step(model, source_prompts, source, store, None, {}, site_tensor=site_tensor)
+        run_step(model, target_prompts, target, store, None, {step.write.name: featurizer}, labels=labels,
+                 site_tensor=site_tensor)
 
     return fit_featurizer(step, classes, backward)
 
 
-def run_plan(model, plan, batch_size, classes):
+def run_plan(model, plan, batch_size, classes, site_tensor=by_nnterp_name):
     """Every step of every point; returns ``{step path: {name: tensor}}`` (CPU tensors).
 
-    ``classes``: featurizer kind -> class, for the kinds the plan's writes use.
+    ``classes``: featurizer kind -> class, for the kinds the plan's writes use;
+    ``site_tensor``: how sites are addressed (nnterp's names, or module paths on a plain model).
     """
     results = {}
     for point in plan.points:
         store, fitted = {}, {}
         for step in point.steps:
             if step.kind == "fit":
-                fitted[step.featurizer.name] = fit(model, step, classes)
+                fitted[step.featurizer.name] = fit(model, step, classes, site_tensor)
                 results[step.path] = {k: v.detach().cpu() for k, v in fitted[step.featurizer.name].state().items()}
                 continue
             featurizers = featurizers_for(step, fitted, classes)
             with torch.no_grad():
-                results[step.path] = run_step(model, plan.prompts[step.input], step, store, batch_size, featurizers)
+                results[step.path] = run_step(model, plan.prompts[step.input], step, store, batch_size, featurizers,
+                                              site_tensor=site_tensor)
     return results
