@@ -44,12 +44,14 @@ def test_a_sweep_through_the_server_writes_the_local_files_byte_for_byte(ndif_se
 
     mine, theirs = json.loads(here["run.json"]), json.loads(there["run.json"])
     assert {k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k)} == {
-        "engine", "remote", "server", "served_dtype", "server_causalab", "components"} | ({"arithmetic"} if mine["arithmetic"] != theirs["arithmetic"] else set())
+        "engine", "remote", "server", "served_dtype", "server_causalab", "code", "components"} | ({"arithmetic"} if mine["arithmetic"] != theirs["arithmetic"] else set())
     assert theirs["components"]["engine"] == {"ndif": f"causalab-ndif {theirs['causalab']['distributions']['causalab-ndif']['version']}"}
     assert (mine["remote"], theirs["remote"]) == (False, True)
     assert theirs["server"] == {"asked": ndif_server.host, "python": sys.version.split()[0],
                                 "versions": watched_versions()}
     assert theirs["served_dtype"] == "torch.float32"
+    # The block ran the server's installed causalab: none of it travelled with the request.
+    assert theirs["code"]["travelled"] == "installed" and theirs["code"]["payload_bytes"] > 0
     # The server computed its own digest of its installed causalab: a lean image, whose every
     # distribution is this client's, byte for byte.
     assert sorted(theirs["server_causalab"]) == ["causalab-core", "causalab-featurizers", "causalab-nnterp"]
@@ -327,62 +329,8 @@ def test_a_deployment_in_the_documents_dtype_says_nothing(ndif_server, tmp_path)
     assert "dtype_mismatch" not in json.loads((tmp_path / "o" / "run.json").read_text())
 
 
-TAMPERED_CLIENT = """
-import dataclasses, json, sys
-
-from causalab_core import api
-from causalab_core.errors import CausalabError
-from causalab_core.ir import FeaturizerRef
-from causalab_core.plugins import registry
-
-
-def tamper(obj):
-    # A trained state whose bytes no longer match the digest the client recorded: what only the place
-    # that uses the tensors can see (here, inside the block; remotely, on the server).
-    if isinstance(obj, FeaturizerRef) and obj.state:
-        return dataclasses.replace(obj, state=obj.state[:-1] + bytes([obj.state[-1] ^ 1]))
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return dataclasses.replace(obj, **{f.name: tamper(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init})
-    if isinstance(obj, (tuple, list)):
-        return type(obj)(tamper(x) for x in obj)
-    if isinstance(obj, dict):
-        return {k: tamper(v) for k, v in obj.items()}
-    return obj
-
-
-plan = tamper(api.plan(sys.argv[1]))
-told = {}
-for engine in ("nnterp", "ndif"):
-    try:
-        registry().get("engine", engine)().execute(plan, featurizers=api.featurizer_classes(plan, registry()))
-    except CausalabError as error:
-        told[engine] = [type(error).__name__, error.one_line(), error.exit_code, bool(getattr(error, "server_traceback", None))]
-print(json.dumps(told))
-"""
-
-
-def test_an_error_only_the_server_can_see_is_the_local_line_and_exit_code(ndif_server, tmp_path):
-    import torch
-    from safetensors.torch import save_file
-
-    from causalab_core import api
-    from causalab_core.compiler.featurizers import identity
-    from causalab_core.ir import FeaturizerRef
-
-    document = json.loads((ROOT / "documents/real/weekdays_das.json").read_text())
-    document["featurizers"]["das"] = {"kind": "das", "rank": 8, "load": "q.safetensors"}
-    document["sweep"] = {"layer": [5], "pos": [-1]}
-    path = tmp_path / "das.json"
-    path.write_text(json.dumps(document))
-    probe = api.plan(SWEEP)
-    site = next(w.site for p in probe.points for s in p.steps for w in getattr(s, "writes", ())
-                if w.site.layer == 5 and w.site.component == "block_input")
-    save_file({"rotation": torch.eye(64)}, tmp_path / "q.safetensors",
-              metadata=identity(probe.model, site, -1, FeaturizerRef("das", "das", {"rank": 8})))
-
-    done = ndif_server.run([sys.executable, "-c", TAMPERED_CLIENT, str(path)])
-    assert done.returncode == 0, done.stderr
-    told = json.loads(done.stdout.strip().splitlines()[-1])
+def test_an_error_only_the_server_can_see_is_the_local_line_and_exit_code(ndif_server, server_only_error):
+    told = server_only_error(ndif_server)
     line = "EngineError: featurizer 'das': its trained state does not match the digest the client recorded"
     assert told["nnterp"] == ["EngineError", line, 1, False]
     assert told["ndif"] == ["EngineError", line, 1, True]  # raised on the server; its traceback came along

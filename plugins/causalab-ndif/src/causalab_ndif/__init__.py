@@ -23,13 +23,14 @@ def causalab_commands(app: Any) -> None:
 
 @hookimpl
 def causalab_provenance(engine: str, remote: bool, plan: Any, details: dict[str, Any]) -> dict[str, Any] | None:
-    """run.json's ``server`` (what the host's /env says) and ``served_dtype`` (read inside the block)."""
+    """run.json's ``server`` (what the host's /env says), ``served_dtype`` (read inside the block) and
+    ``code`` (how the block's code reached the server: installed there, or shipped by value)."""
     if engine != "ndif" or "host" not in details:
         return None
     from causalab_ndif.server import server_record
 
     record = {"server": server_record(details["host"]), "served_dtype": details["served_dtype"],
-              "server_causalab": details["server_causalab"]}
+              "server_causalab": details["server_causalab"], "code": details["code"]}
     if details["skew"]:
         record["skew"] = details["skew"]
     if details.get("dtype_mismatch"):

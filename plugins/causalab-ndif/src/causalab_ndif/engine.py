@@ -6,13 +6,17 @@ import contextlib
 import io
 import sys
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from causalab_core.contracts import remote_host
+from causalab_core.provenance import watched_versions
 from causalab_core.errors import EngineError
 from causalab_nnterp import NnterpEngine
 
-from causalab_ndif import preflight
+from causalab_ndif import preflight, shipping
+from causalab_ndif.environment import installed_version
 from causalab_ndif.remote_errors import bounded, local_error
 from causalab_ndif.server import resolved_host, served_models, server_env
 
@@ -25,6 +29,9 @@ class NdifOptions(BaseModel):
     """Refuse, rather than warn, when the deployment serves another dtype than the document's."""
     timeout: float = Field(default=600, gt=0)
     """Seconds the whole remote job may take, from sending it to its results being home."""
+    code: Literal["auto", "installed", "shipped"] = "auto"
+    """How the block's code reaches the server: its installed causalab, or shipped by value with the
+    request (``auto``: shipped exactly when the server's /env has no causalab-core)."""
 
 
 class NdifEngine(NnterpEngine):
@@ -44,16 +51,22 @@ class NdifEngine(NnterpEngine):
 
     def run(self, plan, remote, batch_size, classes):
         """Check the server, send the session, and keep what it said about itself in ``details``."""
-        from causalab_core.plugins import registry
-        from causalab_core.provenance import causalab_digests
-
         host = remote_host(remote) or resolved_host()
-        installed = registry()  # what this client has installed; the run's own registry chose ``classes``
-        block = preflight.block_distributions(installed, classes)
-        client = {name: d for name, d in causalab_digests(installed)["distributions"].items() if name in block}
-        wanted = preflight.server_requirements(installed, classes)
-        skew = preflight.check(host, wanted, server_env(host).get("packages", {}), self.options.allow_skew)
-        model = self.model(plan)
+        packages = server_env(host).get("packages", {})
+        shipped = self.options.code == "shipped" or (
+            self.options.code == "auto" and installed_version(packages, "causalab-core") is None)
+        if shipped:
+            wanted = {name: preflight.public(version) for name, version in watched_versions().items()
+                      if name in shipping.SERVER_PACKAGES}
+            client = {}
+        else:
+            client, wanted = self._installed_requirements(classes)
+        skew = preflight.check(host, wanted, packages, self.options.allow_skew)
+        if shipped:
+            model = shipping.PlainModel(plan.model.source, key=plan.model.key, revision=plan.model.revision,
+                                        dtype=plan.model.dtype)
+        else:
+            model = self.model(plan)
         shown = f"{plan.model.key}@{plan.model.revision}" if plan.model.revision else plan.model.key
         deployments = served_models(host)
         preflight.refuse_unserved(model.to_model_key(), deployments, host, shown)
@@ -62,7 +75,11 @@ class NdifEngine(NnterpEngine):
         status = StatusLine(sys.stderr)
         try:
             with contextlib.redirect_stdout(status), bounded(self.options.timeout, host):
-                results, served = run_remote(model, plan, batch_size, classes, host, client, self.options.allow_skew)
+                if shipped:
+                    results, served, shipment = shipping.run_shipped(model, plan, batch_size, classes, host)
+                else:
+                    results, served, shipment = run_remote(model, plan, batch_size, classes, host, client,
+                                                           self.options.allow_skew)
         except Exception as exc:  # what the server raised, or what stopped the request
             raise local_error(exc, host) from None
         finally:
@@ -73,10 +90,22 @@ class NdifEngine(NnterpEngine):
             "host": host,
             "served_dtype": served["served_dtype"],
             "dtype_mismatch": mismatch,
-            "server_causalab": served["causalab"],
-            "skew": {name: list(pair) for name, pair in {**skew, **served["skew"]}.items()},
+            "server_causalab": served.get("causalab"),
+            "skew": {name: list(pair) for name, pair in {**skew, **served.get("skew", {})}.items()},
+            "code": shipment.record(),
         }
         return results
+
+    @staticmethod
+    def _installed_requirements(classes):
+        """The block's causalab distributions (name -> version and digest) and what the server must have."""
+        from causalab_core.plugins import registry
+        from causalab_core.provenance import causalab_digests
+
+        installed = registry()  # what this client has installed; the run's own registry chose ``classes``
+        block = preflight.block_distributions(installed, classes)
+        client = {name: d for name, d in causalab_digests(installed)["distributions"].items() if name in block}
+        return client, preflight.server_requirements(installed, classes)
 
     def _check_dtype(self, served: str | None, asked: str, host: str, shown: str) -> dict[str, str] | None:
         """Say it aloud when the deployment's dtype is not the document's (refuse with ``require_dtype``)."""
@@ -131,12 +160,13 @@ def run_remote(model, plan, batch_size, classes, host, client, allow_skew):
     from causalab_core.provenance import digest_skew
     from causalab_nnterp import run_plan
 
-    with model.session(remote=host):
-        installed = installed_causalab()
-        skew = digest_skew(client, installed)
-        if skew and not allow_skew:
-            raise EngineError("the server's causalab sources differ from the client's: " + "; ".join(
-                f"{name} (client {mine}, server {theirs})" for name, (mine, theirs) in sorted(skew.items())))
-        served = nnsight.save({"served_dtype": str(model.lm_head.weight.dtype), "causalab": installed, "skew": skew})
-        results = nnsight.save(run_plan(model, plan, batch_size, classes))
-    return results, served
+    with shipping.measured() as shipment:
+        with model.session(remote=host):
+            installed = installed_causalab()
+            skew = digest_skew(client, installed)
+            if skew and not allow_skew:
+                raise EngineError("the server's causalab sources differ from the client's: " + "; ".join(
+                    f"{name} (client {mine}, server {theirs})" for name, (mine, theirs) in sorted(skew.items())))
+            served = nnsight.save({"served_dtype": str(model.lm_head.weight.dtype), "causalab": installed, "skew": skew})
+            results = nnsight.save(run_plan(model, plan, batch_size, classes))
+    return results, served, shipment

@@ -6,7 +6,9 @@ What a remote engine (``causalab-ndif``) or a third party builds on, and nothing
   session is built on) and ``run(plan, remote, batch_size, classes)`` (the session);
 - ``ServedTransformer`` and ``served_key``: nnterp's model under a remote
   identity an NDIF server can rebuild, and the key it deploys for a document's model;
-- ``run_plan``: the block a session runs, locally or as a server's installed copy.
+- ``run_plan``: the block a session runs, locally, as a server's installed copy, or shipped by value;
+- ``by_module_path``: the block's site addressing by the compiler's module paths, for a plain
+  nnsight model (the default, ``by_nnterp_name``, needs nnterp's wrapper).
 
 The model and block are imported on first use: loading the plugin stays light.
 """
@@ -16,7 +18,7 @@ from __future__ import annotations
 from causalab_core import hookimpl
 from causalab_nnterp.engine import NnterpEngine
 
-__all__ = ["NnterpEngine", "ServedTransformer", "run_plan", "served_key"]
+__all__ = ["NnterpEngine", "ServedTransformer", "by_module_path", "run_plan", "served_key"]
 
 
 def __getattr__(name: str):
@@ -24,6 +26,10 @@ def __getattr__(name: str):
         from causalab_nnterp import model
 
         return getattr(model, name)
+    if name == "by_module_path":
+        from causalab_nnterp.sites import by_module_path
+
+        return by_module_path
     if name == "run_plan":
         from causalab_nnterp.block import run_plan
 

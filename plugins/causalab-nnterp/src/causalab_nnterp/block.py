@@ -48,10 +48,10 @@ def run_step(model, prompts, step, store, batch_size, featurizers, labels=None, 
                     scatter(as_heads(hidden, site), write.windows[span], batch.offsets,
                             store[write.source][span], featurizers[write.name])
             if labels is not None:
-                logits = model.logits[:, -1, :].float()
+                logits = model.output.logits[:, -1, :].float()
                 torch.nn.functional.cross_entropy(logits, labels[span].to(logits.device)).backward()
             elif step.scoring is not None:
-                scored.append(answer_scores(model.logits[:, -1, :], step.scoring.token_ids[span], step.scoring.views))
+                scored.append(answer_scores(model.output.logits[:, -1, :], step.scoring.token_ids[span], step.scoring.views))
     if not scored:
         return {}
     return {name: torch.cat([s[name] for s in scored]) for name in scored[0]}

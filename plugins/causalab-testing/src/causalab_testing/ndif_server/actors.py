@@ -38,11 +38,14 @@ class CPUModelDeployment(BaseModelDeployment):
     CACHEABLE = False
 
     def load_from_disk(self):
-        # Serves causalab's nnterp wrapper: importing it applies the nnterp shim.
-        import causalab_nnterp
-
-        causalab_nnterp.ServedTransformer  # noqa: B018  (imports the wrapper, which applies the nnterp shim)
-        from nnsight.modeling.huggingface import HuggingFaceModel
+        # A server with causalab serves its nnterp wrapper (importing it applies the nnterp shim); one
+        # without causalab serves plain nnsight models, whose keys need nothing imported.
+        try:
+            import causalab_nnterp
+        except ImportError:
+            pass
+        else:
+            causalab_nnterp.ServedTransformer  # noqa: B018  (imports the wrapper, which applies the nnterp shim)
 
         model = HuggingFaceModel.from_model_key(self.model_key, dispatch=True, dtype=self.dtype_name, **self.kwargs)
         model._module.requires_grad_(False)

@@ -31,8 +31,9 @@ def _owner(entry: str) -> str | None:
     return None
 
 
-def lean_environment(folder: Path, distributions: set[str]) -> Path:
-    """Build the environment in ``folder`` keeping only ``distributions`` of causalab; returns its python."""
+def lean_environment(folder: Path, distributions: set[str], without: tuple[str, ...] = ()) -> Path:
+    """Build the environment in ``folder`` keeping only ``distributions`` of causalab, and none of the
+    other packages named in ``without`` (by import name, e.g. ``nnterp``); returns its python."""
     keep = {name.replace("-", "_") for name in distributions}
     subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(folder)], check=True)
     python = folder / "bin" / "python"
@@ -42,6 +43,8 @@ def lean_environment(folder: Path, distributions: set[str]) -> Path:
     for entry in here.iterdir():
         owner = _owner(entry.name)
         harness_hook = owner == HARNESS and not entry.name.endswith(".dist-info")
+        if entry.name.split("-")[0].removesuffix(".py") in without:
+            continue
         if owner is None or owner in keep or harness_hook:
             (site / entry.name).symlink_to(entry)
     bin_here = Path(sys.executable).parent

@@ -1,0 +1,143 @@
+"""Engine ``ndif`` against a real NDIF server with no causalab (and no nnterp) installed: the code travels by value."""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from causalab_core.provenance import watched_versions
+
+ROOT = Path(__file__).resolve().parents[3]
+CAUSALAB = str(Path(sys.executable).parent / "causalab")
+SWEEP = ROOT / "documents/real/weekdays_layer_sweep.json"
+
+
+def run(server, document, out, *options):
+    return server.run([CAUSALAB, "run", str(document), "--engine", "ndif", "--out", str(out), *options])
+
+
+def run_local(document, out):
+    import subprocess
+
+    done = subprocess.run([CAUSALAB, "run", str(document), "--engine", "nnterp", "--out", str(out)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def same_files(local: Path, remote: Path) -> None:
+    compared = filecmp.dircmp(local, remote, ignore=["run.json", "manifest.json"])
+
+    def differing(c):
+        return c.diff_files + c.left_only + c.right_only + [f for sub in c.subdirs.values() for f in differing(sub)]
+
+    assert differing(compared) == []
+
+
+def test_the_sweep_runs_with_its_code_shipped_and_writes_the_local_files_byte_for_byte(bare_server, tmp_path):
+    from causalab_ndif.shipping import Shipment
+
+    done = run(bare_server, SWEEP, tmp_path / "r")  # code=auto: the server's /env has no causalab-core
+    assert done.returncode == 0, done.stderr
+    run_local(SWEEP, tmp_path / "l")
+    same_files(tmp_path / "l", tmp_path / "r")
+    assert len(list((tmp_path / "r").rglob("iia*.json"))) == 24
+
+    record = json.loads((tmp_path / "r" / "run.json").read_text())
+    code = record["code"]
+    assert code["travelled"] == "by value"
+    # Only the modules the block uses went, none of the client-only plugins (metrics, positions, ndif).
+    assert {"causalab_nnterp.block", "causalab_nnterp.sites", "causalab_core.runtime.windows"} <= set(code["modules"])
+    assert {m.split(".")[0] for m in code["modules"]} == {"causalab_core", "causalab_nnterp"}
+    assert not any(m.startswith(("causalab_core.compiler", "causalab_core.api")) for m in code["modules"])
+    import importlib
+
+    for name in code["modules"]:
+        importlib.import_module(name)
+    assert code["digest"] == Shipment(set(code["modules"])).digest()  # the digest of these sources, here
+    assert code["payload_bytes"] > 0
+    # The server's own packages, from its /env: the client's versions, and no nnterp.
+    versions = record["server"]["versions"]
+    assert versions["nnterp"] is None
+    assert {k: versions[k] for k in ("torch", "transformers", "nnsight")} == {
+        k: watched_versions()[k] for k in ("torch", "transformers", "nnsight")}
+    assert record["server_causalab"] is None and record["served_dtype"] == "torch.float32"
+
+
+def test_anchored_and_chat_documents_come_home_the_same(bare_server, tmp_path):
+    for name in ("entity_patch", "chat_turn"):
+        doc = ROOT / "documents/v2" / f"{name}.json"
+        done = run(bare_server, doc, tmp_path / f"r-{name}")
+        assert done.returncode == 0, done.stderr
+        run_local(doc, tmp_path / f"l-{name}")
+        same_files(tmp_path / f"l-{name}", tmp_path / f"r-{name}")
+
+
+def test_das_trains_on_a_server_without_causalab(bare_server, tmp_path):
+    """As on a server with causalab (test_ndif_engine): the server's actor runs torch on one thread, so a
+    trained rotation is within training's spread of a local fit, not bit-identical."""
+    document = json.loads((ROOT / "documents/real/weekdays_das.json").read_text())
+    document["sweep"].update(rank=[8], seed=[0])
+    path = tmp_path / "das.json"
+    path.write_text(json.dumps(document))
+    done = run(bare_server, path, tmp_path / "r")
+    assert done.returncode == 0, done.stderr
+    run_local(path, tmp_path / "l")
+    point = "layer=5,pos=-1,rank=8,seed=0"
+    iia = [json.loads((tmp_path / side / point / "iia_answer.json").read_text())["summary"]["mean"] for side in "lr"]
+    assert min(iia) >= 0.9 and abs(iia[0] - iia[1]) <= 0.05, iia
+    code = json.loads((tmp_path / "r" / "run.json").read_text())["code"]
+    assert "causalab_featurizers.das" in code["modules"]
+
+
+def test_an_error_raised_by_shipped_code_on_the_server_is_the_local_line(bare_server, server_only_error):
+    told = server_only_error(bare_server)
+    line = "EngineError: featurizer 'das': its trained state does not match the digest the client recorded"
+    assert told["nnterp"] == ["EngineError", line, 1, False]
+    assert told["ndif"] == ["EngineError", line, 1, True]
+
+
+def test_asking_for_the_installed_code_on_a_server_without_it_is_refused_in_one_line(bare_server, tmp_path):
+    done = run(bare_server, SWEEP, tmp_path / "o", "--option", "code=installed")
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"EngineError: the NDIF server at {bare_server.host} does not have what this "
+                                  "client would run there: causalab-core (client "), done.stderr
+    assert done.stderr.count("\n") == 1 and not (tmp_path / "o").exists()
+
+
+def test_another_nnsight_on_the_client_is_refused_before_any_work(bare_server, tmp_path):
+    """The shipped code runs on the server's torch, transformers and nnsight: their versions must be the client's."""
+    site = tmp_path / "site"
+    site.mkdir()
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if not entry.name.startswith("nnsight-"):
+            (site / entry.name).symlink_to(entry)
+    installed = watched_versions()["nnsight"]
+    info = site / f"nnsight-{installed}.post1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: nnsight\nVersion: {installed}.post1\n")
+    code = ("import site, sys; site.addsitedir(sys.argv[1]); sys.argv = sys.argv[1:];"
+            "from causalab_core.cli import main; main()")
+    done = bare_server.run([sys.executable, "-S", "-c", code, str(site), "run", str(SWEEP), "--engine", "ndif",
+                            "--out", str(tmp_path / "o")])
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith(
+        f"EngineError: the NDIF server at {bare_server.host} does not have what this client would run there: "
+        f"nnsight (client {installed}.post1, server {installed}). "), done.stderr
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("asked", ["shipped", "auto"])
+def test_the_mode_is_what_was_asked_or_what_the_server_needs(ndif_server, tmp_path, asked):
+    """On a server with causalab: ``auto`` runs its installed copy; ``shipped`` ships anyway, same bytes."""
+    done = run(ndif_server, SWEEP, tmp_path / asked, "--option", f"code={asked}")
+    assert done.returncode == 0, done.stderr
+    travelled = json.loads((tmp_path / asked / "run.json").read_text())["code"]["travelled"]
+    assert travelled == {"shipped": "by value", "auto": "installed"}[asked]
+    if asked == "shipped":
+        run_local(SWEEP, tmp_path / "l")
+        same_files(tmp_path / "l", tmp_path / asked)

@@ -1,0 +1,58 @@
+"""Shipping a block by value, without a server: nnsight's local simulation hides every causalab module."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import causalab_core
+from causalab_core.api import featurizer_classes
+from causalab_core.plugins import registry
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module")
+def plain_model():
+    from causalab_ndif.shipping import PlainModel
+
+    plan = causalab_core.plan(ROOT / "documents/v2/entity_patch.json")
+    model = PlainModel(plan.model.source, key=plan.model.key, revision=plan.model.revision, dispatch=True,
+                       dtype=torch.float32)
+    model._module.requires_grad_(False)
+    return plan, model
+
+
+def test_a_shipped_block_unpickled_where_causalab_is_hidden_gives_the_nnterp_engines_tensors(plain_model):
+    from causalab_ndif.shipping import plain_key, run_shipped
+    from causalab_nnterp import NnterpEngine
+
+    plan, model = plain_model
+    classes = featurizer_classes(plan, registry())
+    results, served, shipment = run_shipped(model, plan, None, classes, "local")
+    expected = NnterpEngine().execute(plan, featurizers=classes)
+    assert sorted(results) == sorted(expected)
+    assert [(path, name) for path in expected for name in expected[path]
+            if not torch.equal(expected[path][name], results[path][name])] == []
+    assert served == {"served_dtype": "torch.float32"}
+    assert model.to_model_key() == plain_key("causalab-toy/entity", plan.model.revision)
+    assert model.to_model_key().startswith("nnsight.modeling.transformers.TransformersModel:")
+    assert shipment.record()["travelled"] == "by value" and shipment.payload_bytes > 0
+
+
+def test_after_a_shipped_request_nothing_of_causalab_ships_unasked(plain_model):
+    """nnsight registers editable installs to travel by value; a request for the installed code sends none."""
+    from cloudpickle import cloudpickle as internals
+
+    from causalab_ndif.shipping import measured, run_shipped
+
+    plan, model = plain_model
+    before = set(internals._PICKLE_BY_VALUE_MODULES)
+    run_shipped(model, plan, None, {}, "local")
+    assert set(internals._PICKLE_BY_VALUE_MODULES) == before
+    with measured() as shipment:
+        assert not any(name.startswith("causalab") for name in internals._PICKLE_BY_VALUE_MODULES)
+    assert shipment.record()["travelled"] == "installed"
+    assert set(internals._PICKLE_BY_VALUE_MODULES) == before
