@@ -45,7 +45,7 @@ def test_the_sweep_runs_with_its_code_shipped_and_writes_the_local_files_byte_fo
     assert done.returncode == 0, done.stderr
     run_local(SWEEP, tmp_path / "l")
     same_files(tmp_path / "l", tmp_path / "r")
-    assert len(list((tmp_path / "r").rglob("iia*.json"))) == 24
+    assert len(list((tmp_path / "r").rglob("iia*.json"))) == 24 * 3  # three IIA metrics per point
 
     record = json.loads((tmp_path / "r" / "run.json").read_text())
     code = record["code"]

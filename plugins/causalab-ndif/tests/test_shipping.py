@@ -56,3 +56,28 @@ def test_after_a_shipped_request_nothing_of_causalab_ships_unasked(plain_model):
         assert not any(name.startswith("causalab") for name in internals._PICKLE_BY_VALUE_MODULES)
     assert shipment.record()["travelled"] == "installed"
     assert set(internals._PICKLE_BY_VALUE_MODULES) == before
+
+
+def test_a_plan_ships_only_the_featurizer_plugins_it_uses():
+    from causalab_ndif.shipping import shipped_packages
+
+    sweep = causalab_core.plan(ROOT / "documents/real/weekdays_layer_sweep.json")
+    das = causalab_core.plan(ROOT / "documents/real/weekdays_das.json")
+    assert shipped_packages(featurizer_classes(sweep, registry())) == ("causalab_core", "causalab_nnterp")
+    assert shipped_packages(featurizer_classes(das, registry())) == (
+        "causalab_core", "causalab_featurizers", "causalab_nnterp")
+
+
+def test_server_requirements_for_the_shipped_mode_name_no_causalab():
+    import subprocess
+    import sys
+
+    from causalab_core.provenance import watched_versions
+
+    causalab = str(Path(sys.executable).parent / "causalab")
+    done = subprocess.run([causalab, "ndif", "server-requirements", "--shipped",
+                           str(ROOT / "documents/real/weekdays_das.json")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    versions = watched_versions()
+    assert done.stdout.split() == [f"{name}=={versions[name].split('+')[0]}"
+                                   for name in ("torch", "transformers", "nnsight", "pydantic")]

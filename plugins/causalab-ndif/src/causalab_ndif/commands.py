@@ -33,6 +33,7 @@ def env(
 @ndif.command("server-requirements")
 def server_requirements(
     documents: Annotated[list[Path], typer.Argument(help="The documents the server must run.")],
+    shipped: Annotated[bool, typer.Option("--shipped", help="For the shipped mode (code=shipped): no causalab on the server.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show the full traceback of an error.")] = False,
 ) -> None:
     """The pinned requirement lines an NDIF server needs to run these documents: exactly what the preflight compares.
@@ -44,6 +45,7 @@ def server_requirements(
     from causalab_core.cli import reported
     from causalab_core.plugins import registry
 
+    from causalab_ndif import shipping
     from causalab_ndif.preflight import server_requirements as needed
 
     with reported(verbose):
@@ -51,5 +53,6 @@ def server_requirements(
         classes = {}
         for document in documents:
             classes.update(api.featurizer_classes(api.plan(document, registry=installed), installed))
-        lines = [f"{name}=={version}" for name, version in needed(installed, classes).items() if version]
+        wanted = shipping.server_requirements() if shipped else needed(installed, classes)
+        lines = [f"{name}=={version}" for name, version in wanted.items() if version]
     typer.echo("\n".join(lines))

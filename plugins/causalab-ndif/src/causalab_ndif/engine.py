@@ -11,7 +11,6 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from causalab_core.contracts import remote_host
-from causalab_core.provenance import watched_versions
 from causalab_core.errors import EngineError
 from causalab_nnterp import NnterpEngine
 
@@ -56,9 +55,7 @@ class NdifEngine(NnterpEngine):
         shipped = self.options.code == "shipped" or (
             self.options.code == "auto" and installed_version(packages, "causalab-core") is None)
         if shipped:
-            wanted = {name: preflight.public(version) for name, version in watched_versions().items()
-                      if name in shipping.SERVER_PACKAGES}
-            client = {}
+            client, wanted = {}, shipping.server_requirements()
         else:
             client, wanted = self._installed_requirements(classes)
         skew = preflight.check(host, wanted, packages, self.options.allow_skew)

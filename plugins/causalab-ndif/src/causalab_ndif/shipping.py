@@ -52,6 +52,15 @@ class PlainModel(TransformersModel):
         return (copyreg._reconstructor, (TransformersModel, object, None), *state)
 
 
+def server_requirements() -> dict[str, str | None]:
+    """``{package: version}`` a server needs for a shipped block: :data:`SERVER_PACKAGES` at this client's versions."""
+    from causalab_core.provenance import watched_versions
+
+    from causalab_ndif.preflight import public
+
+    return {name: public(version) for name, version in watched_versions().items() if name in SERVER_PACKAGES}
+
+
 def plain_key(key: str, revision: str | None) -> str:
     """The remote key a server without causalab deploys for a document's model key and revision."""
     from nnsight.util import to_import_path
