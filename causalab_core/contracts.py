@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
+from causalab_core.errors import EngineError
+
 if TYPE_CHECKING:
     import torch
 
@@ -82,8 +84,6 @@ class Engine:
 
 def refuse_options(engine: Engine, *, remote: Remote, batch_size: int | None) -> None:
     """The refusals every engine makes before any work: a batch size below 1, remote where it cannot go."""
-    from causalab_core.errors import EngineError
-
     if batch_size is not None and batch_size < 1:
         raise EngineError(f"batch size must be 1 or more, got {batch_size}")
     if remote and "remote" not in engine.capabilities:

@@ -81,3 +81,22 @@ def test_server_requirements_for_the_shipped_mode_name_no_causalab():
     versions = watched_versions()
     assert done.stdout.split() == [f"{name}=={versions[name].split('+')[0]}"
                                    for name in ("torch", "transformers", "nnsight", "pydantic")]
+
+
+def test_no_module_a_block_ships_imports_causalab_inside_a_function():
+    """Shipped code is rebuilt on a server with no causalab: an import run there would fail."""
+    import ast
+    import importlib
+
+    shipped = ["causalab_nnterp.block", "causalab_nnterp.sites", "causalab_core.errors", "causalab_core.ir.nodes",
+               "causalab_core.contracts", "causalab_featurizers.das", "causalab_featurizers.identity",
+               *(f"causalab_core.runtime.{name}" for name in ("batches", "featurizers", "scores", "training", "windows"))]
+    found = []
+    for name in shipped:
+        tree = ast.parse(Path(importlib.import_module(name).__file__).read_text())
+        for function in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+            for node in ast.walk(function):
+                modules = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                    [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                found += [f"{name}.{function.name}: {m}" for m in modules if m.startswith("causalab")]
+    assert found == []
