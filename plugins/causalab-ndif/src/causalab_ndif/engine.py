@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import sys
 
@@ -55,15 +56,16 @@ class NdifEngine(NnterpEngine):
         shipped = self.options.code == "shipped" or (
             self.options.code == "auto" and installed_version(packages, "causalab-core") is None)
         if shipped:
-            client, wanted = {}, shipping.server_requirements()
-        else:
-            client, wanted = self._installed_requirements(classes)
-        skew = preflight.check(host, wanted, packages, self.options.allow_skew)
-        if shipped:
+            wanted = shipping.server_requirements()
             model = shipping.PlainModel(plan.model.source, key=plan.model.key, revision=plan.model.revision,
                                         dtype=plan.model.dtype)
+            session = functools.partial(shipping.run_shipped, model, plan, batch_size, classes, host)
         else:
+            client, wanted = self._installed_requirements(classes)
             model = self.model(plan)
+            session = functools.partial(run_remote, model, plan, batch_size, classes, host, client,
+                                        self.options.allow_skew)
+        skew = preflight.check(host, wanted, packages, self.options.allow_skew)
         shown = f"{plan.model.key}@{plan.model.revision}" if plan.model.revision else plan.model.key
         deployments = served_models(host)
         preflight.refuse_unserved(model.to_model_key(), deployments, host, shown)
@@ -72,11 +74,7 @@ class NdifEngine(NnterpEngine):
         status = StatusLine(sys.stderr)
         try:
             with contextlib.redirect_stdout(status), bounded(self.options.timeout, host):
-                if shipped:
-                    results, served, shipment = shipping.run_shipped(model, plan, batch_size, classes, host)
-                else:
-                    results, served, shipment = run_remote(model, plan, batch_size, classes, host, client,
-                                                           self.options.allow_skew)
+                results, served, shipment = session()
         except Exception as exc:  # what the server raised, or what stopped the request
             raise local_error(exc, host) from None
         finally:
