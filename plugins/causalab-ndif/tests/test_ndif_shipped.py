@@ -141,3 +141,12 @@ def test_the_mode_is_what_was_asked_or_what_the_server_needs(ndif_server, tmp_pa
     if asked == "shipped":
         run_local(SWEEP, tmp_path / "l")
         same_files(tmp_path / "l", tmp_path / asked)
+
+
+def test_ndif_env_shows_a_server_without_causalab(bare_server):
+    done = bare_server.run([CAUSALAB, "ndif", "env", "--host", bare_server.host], env={"COLUMNS": "200"})
+    assert done.returncode == 0, done.stderr
+    rows = {line.split("│")[1].strip(): line for line in done.stdout.splitlines() if line.count("│") > 3}
+    assert "not installed" in rows["causalab-core"] and "not installed" in rows["nnterp"]
+    assert "differs" not in rows["torch"] and "differs" not in rows["nnsight"]
+    assert "causalab-toy/weekdays" in done.stdout
