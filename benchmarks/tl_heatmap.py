@@ -10,7 +10,8 @@ up on. The model is the same checkpoint loaded with transformers and wrapped
 by ``TransformerBridge.boot_transformers(model_dir, hf_model=..., tokenizer=...)``;
 ``transformer_lens.patching.get_act_patch_resid_pre`` runs every layer x every
 position, patching the counterfactual's resid_pre (the block input) into the
-base run, scored by the mean logit difference (counterfactual answer minus
+base run (the checkpoint's own weights: compatibility mode without weight
+processing), scored by the mean logit difference (counterfactual answer minus
 base answer) at the last position. Timed: the counterfactual's
 ``run_with_cache`` plus the patching call, after an untimed warm-up on a few
 rows. Prints one JSON line: seconds, peak resident memory above the loaded
@@ -53,7 +54,9 @@ def main() -> None:
     hf = AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True).eval().requires_grad_(False)
     tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
     bridge = TransformerBridge.boot_transformers(model_dir, hf_model=hf, tokenizer=tokenizer)
-    bridge.enable_compatibility_mode(disable_warnings=True)
+    # The legacy hook names (blocks.L.hook_resid_pre) without HookedTransformer's weight processing
+    # (fold_ln, centering): the same computation as the checkpoint's own forward, so grids compare.
+    bridge.enable_compatibility_mode(disable_warnings=True, no_processing=spec.get("no_processing", True))
     bridge.eval().requires_grad_(False)
 
     rows = spec["rows"]
