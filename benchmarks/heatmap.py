@@ -55,7 +55,7 @@ HERE = Path(__file__).resolve().parent
 TL_PYTHON = HERE / ".venv-tl/bin/python"
 SPEC = {"arch": "gpt2", "layers": 12, "width": 768, "heads": 12, "seed": 0}
 PROMPT = "{a} put the key in the box and {b} has the ball. Q: who has the ball? A:"
-FILLER = "{c} gave the cup to {d}. "
+FILLER = "{c} has the key. "
 CONTENDERS = ("floor", "causalab hooks", "causalab nnterp", "pyvene", "transformerlens")
 
 
@@ -80,14 +80,14 @@ def model_dir() -> Path:
 
 def heatmap_rows(n: int, seed: int = 5, filler: int = 0) -> list[dict]:
     """``n`` rows of one token length: the counterfactual names another holder of the ball.
-    ``filler`` prepends that many short sentences (about 6 tokens each) to make longer prompts."""
+    ``filler`` prepends that many 5-token sentences to make longer prompts."""
     from causalab_testing.models import NAMES
 
     rng = random.Random(seed)
     rows = []
     for _ in range(n):
         a, b, c = rng.sample(NAMES, 3)
-        prefix = "".join(FILLER.format(c=x, d=y) for x, y in (rng.sample(NAMES, 2) for _ in range(filler)))
+        prefix = "".join(FILLER.format(c=rng.choice(NAMES)) for _ in range(filler))
         rows.append({"base": prefix + PROMPT.format(a=a, b=b), "counterfactual": prefix + PROMPT.format(a=a, b=c),
                      "base_answer": " " + b, "cf_answer": " " + c})
     return rows
@@ -477,13 +477,17 @@ def main() -> None:
     parser.add_argument("--ndif", action="store_true", help="Also the ndif engine on the NDIF test server (~1 min to start).")
     parser.add_argument("--scaling", action="store_true", help="Also floor and hooks at growing rows and points.")
     parser.add_argument("--only-scaling", action="store_true", help="Only the scaling runs.")
-    parser.add_argument("--scaling-rows", type=int, nargs="+", default=[4, 16, 64],
-                        help="Row counts of the rows scaling (all 264 points).")
+    parser.add_argument("--scaling-rows", type=int, nargs="+", default=[10, 30, 100],
+                        help="Row counts of the rows scaling (1000 is the issue's; hours on 2 cores).")
+    parser.add_argument("--scaling-rows-layers", type=int, default=1,
+                        help="Layers swept (x every position of the 22-token rows) in the rows scaling.")
     parser.add_argument("--scaling-layers", type=int, nargs="+", default=[1, 4, 12],
-                        help="Layers swept (x every position) in the points scaling.")
-    parser.add_argument("--scaling-points-rows", type=int, default=4, help="Rows of the points scaling.")
-    parser.add_argument("--scaling-filler", type=int, default=0,
-                        help="Longer prompts for the points scaling: this many ~6-token sentences prepended.")
+                        help="Layers swept (x every position) in the points scaling: with the default filler, "
+                             "87, 348 and 1044 points.")
+    parser.add_argument("--scaling-points-rows", type=int, default=1, help="Rows of the points scaling.")
+    parser.add_argument("--scaling-filler", type=int, default=13,
+                        help="Longer prompts for the points scaling: this many 5-token sentences prepended "
+                             "(13: 87-token rows, so 12 layers x every position is 1044 points).")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -500,7 +504,8 @@ def main() -> None:
     if args.scaling or args.only_scaling:
         both = ["floor", "causalab hooks"]
         for rows in args.scaling_rows:
-            results.append(bench(rows, 1, both, label=f"rows scaling: 12 layers x every position, {rows} rows"))
+            results.append(bench(rows, 1, both, layers=args.scaling_rows_layers,
+                                 label=f"rows scaling: {args.scaling_rows_layers} layer(s) x every position, {rows} rows"))
             print_table(results[-1])
         for layers in args.scaling_layers:
             results.append(bench(args.scaling_points_rows, 1, both, layers=layers, filler=args.scaling_filler,
