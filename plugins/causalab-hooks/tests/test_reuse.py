@@ -69,5 +69,25 @@ def test_the_sweep_does_less_block_work(write_doc, tiny_llama):
     plain = count_block_calls(HooksEngine(options=HooksOptions(optimize=False)), plan)
     # Plain, per point with the swap at block L: the counterfactual up to block L, then the whole base run.
     assert plain == [16, 14, 12, 10]
-    # Reused: one counterfactual forward for all points, one clean base forward, then each point from block L on.
-    assert fast == [4, 6, 8, 10]
+    # Reused: one counterfactual forward for all points, one clean base forward stopped after the highest block
+    # a point starts above (block 2), then each point from block L on.
+    assert fast == [4, 6, 8, 9]
+
+
+def test_clean_outputs_are_freed_as_the_sweep_moves_on(write_doc, tiny_llama, monkeypatch):
+    """Each clean block output is kept until the last point that starts above it, and no longer."""
+    from causalab_core.runtime.reuse import CleanPrefixes
+
+    plan = api.plan(write_doc(sweep_document(str(tiny_llama)), ragged_rows(10)))
+    kept_after = []
+    release = CleanPrefixes.release
+
+    def spy(self, index):
+        release(self, index)
+        kept_after.append(sorted({b for outputs in self.kept.values() for b in outputs}))
+
+    monkeypatch.setattr(CleanPrefixes, "release", spy)
+    HooksEngine().execute(plan, batch_size=4)
+    # Points run layer by layer (0..3, two positions each); a point at layer L starts from block L - 1, and the
+    # clean forward runs when the first such point does.
+    assert kept_after == [[], [], [0, 1, 2], [1, 2], [1, 2], [2], [2], []]

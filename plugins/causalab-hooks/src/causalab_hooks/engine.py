@@ -12,7 +12,8 @@ from causalab_core.contracts import Engine, refuse_options
 from causalab_core.errors import EngineError, shorten
 from causalab_core.ir import Fit, Plan, Run
 from causalab_core.runtime import Batch, answer_scores, as_heads, batches, featurizers_for, fit_featurizer, gather, minibatch, scatter
-from causalab_hooks.reuse import first_written_layer, is_shared, shared_reads, skipped_blocks
+from causalab_core.runtime.reuse import CleanPrefixes, first_written_layer, is_shared, shared_reads, split_shared
+from causalab_hooks.reuse import skipped_blocks
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -71,16 +72,16 @@ class Execution:
         self.device = model.get_input_embeddings().weight.device
         self.batches = {name: list(batches(prompts, batch_size, self.device)) for name, prompts in plan.prompts.items()}
         """Each input's padded batches, built once: every point runs them."""
-        self.clean_outputs: dict[tuple, dict[int, torch.Tensor]] = {}
-        """Per (input, batch): each block's output on the clean run, for prefix reuse."""
+        self.clean = CleanPrefixes(plan.points)
+        """Per (input, batch): the clean run's block outputs some remaining point starts from."""
 
     def run(self, progress) -> dict[str, dict[str, torch.Tensor]]:
         results: dict[str, dict[str, torch.Tensor]] = {}
         stores: dict[str, dict] = {point.name: {} for point in self.plan.points}
         if self.optimize:
             self.record_shared_reads(stores)
-        for point in self.plan.points:
-            store, fitted = stores[point.name], {}
+        for index, point in enumerate(self.plan.points):
+            store, fitted = stores.pop(point.name), {}
             for step in point.steps:
                 if step.kind == "fit":
                     fitted[step.featurizer.name] = self.fit(step)
@@ -93,6 +94,7 @@ class Execution:
                         results[step.path] = self.score(step, store, swaps)
                 if progress:
                     progress(step.path)
+            self.clean.release(index)
         return results
 
     def record_shared_reads(self, stores) -> None:
@@ -101,9 +103,7 @@ class Execution:
             found: dict = {}
             with torch.inference_mode():
                 self.record(self.batches[input_name], merged, found)
-            for key, values in found.items():
-                point, read = key.rsplit("/", 1)
-                stores[point][read] = values
+            split_shared(found, stores)
 
     def score(self, step: Run, store, swaps) -> dict[str, torch.Tensor]:
         """A run over every row with its reads and writes; the answer scores come back (if it is scored)."""
@@ -167,19 +167,27 @@ class Execution:
                 h.remove()
 
     def clean_output(self, input_name: str, layer: int, batch: Batch) -> torch.Tensor:
-        """Block ``layer``'s output on this input's clean run (one clean forward per batch serves every layer)."""
-        key = (input_name, batch.start, batch.stop)
-        if key not in self.clean_outputs:
+        """Block ``layer``'s output on this input's clean run: one clean forward per batch records every
+        block a point starts from, each kept until the last point that needs it."""
+        if self.clean.get(input_name, batch.start, layer) is None:
             outputs: dict[int, torch.Tensor] = {}
-            self.clean_outputs[key] = outputs
-            handles = [block.register_forward_hook(lambda mod, args, output, i=i: outputs.__setitem__(i, output))
-                       for i, block in enumerate(self.model.get_submodule(self.plan.model.layers_path))]
+            blocks = self.model.get_submodule(self.plan.model.layers_path)
+            wanted = self.clean.wanted(input_name)
+            handles = [blocks[i].register_forward_hook(lambda mod, args, output, i=i: _record_clean(outputs, i, output, i == wanted[-1]))
+                       for i in wanted]
             try:
                 plain_forward(self.model, batch)
             finally:
                 for h in handles:
                     h.remove()
-        return self.clean_outputs[key][layer]
+            self.clean.keep(input_name, batch.start, outputs)
+        return self.clean.get(input_name, batch.start, layer)
+
+
+def _record_clean(outputs, block: int, output, last: bool):
+    outputs[block] = output
+    if last:  # nothing above the highest wanted block is needed
+        raise _StopForward
 
 
 def plain_forward(model, batch: Batch):

@@ -13,7 +13,9 @@ import torch
 from causalab_core.runtime import (
     SITE_ORDER, answer_scores, as_heads, batches, featurizers_for, fit_featurizer, gather, minibatch, scatter,
 )
+from causalab_core.runtime.reuse import CleanPrefixes, first_written_layer, is_shared, shared_reads, split_shared
 from causalab_nnterp.sites import by_nnterp_name
+
 
 def visit_order(step):
     """(site, reads, writes) groups in the order the forward reaches them."""
@@ -25,21 +27,55 @@ def visit_order(step):
     return [groups[key] for key in sorted(groups)]
 
 
-def run_step(model, prompts, step, store, batch_size, featurizers, labels=None, site_tensor=by_nnterp_name):
+def block_envoy(model, layers_path, layer, site_tensor=by_nnterp_name):
+    """Block ``layer``'s envoy, addressed as ``site_tensor`` addresses sites: nnterp's ``layers`` for
+    nnterp's names, else the compiler's module path (which any nnsight model of the checkpoint has)."""
+    if site_tensor is by_nnterp_name:
+        return model.layers[layer]
+    return model.get(f"{layers_path}.{layer}")
+
+
+def clean_outputs(model, batch, layers_path, wanted, site_tensor=by_nnterp_name):
+    """One clean trace of a batch, stopped after the highest wanted block: each wanted block's output."""
+    outputs = {}
+    with model.trace(batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,
+                     use_cache=False, logits_to_keep=1) as tracer:
+        for layer in wanted:
+            outputs[layer] = block_envoy(model, layers_path, layer, site_tensor).output
+        tracer.stop()
+    return outputs
+
+
+def run_step(model, prompts, step, store, batch_size, featurizers, labels=None, site_tensor=by_nnterp_name,
+             prefixes=None, layers_path=None):
     """One plan step over every batch of rows: one trace per batch.
 
     With ``labels`` (training), the cross-entropy of the last-token logits is
     back-propagated inside the trace, where the graph through the model lives.
     ``site_tensor``: how a site is found in the trace (``causalab_nnterp.sites``).
+    ``prefixes`` (a ``CleanPrefixes``): a writing run starts at its lowest block, the blocks below
+    skipped and replaced by the clean run's output (computed here once per batch, if not kept yet).
+    A read-only unscored run stops after its last read.
     """
+    skip = first_written_layer(step) if prefixes is not None else 0
+    stop = step.scoring is None and not step.writes and labels is None
     for read in step.reads:
         store[read.name] = [None] * len(prompts)
     scored = []
     # Batches are built on the CPU: nnsight moves a trace's inputs to the model's device.
     for batch in batches(prompts, batch_size, "cpu"):
         span = slice(batch.start, batch.stop)
+        if skip > 0:
+            if prefixes.get(step.input, batch.start, skip - 1) is None:
+                prefixes.keep(step.input, batch.start,
+                              clean_outputs(model, batch, layers_path, prefixes.wanted(step.input), site_tensor))
+            # A copy: a write at the skipped-to block's input edits that tensor in place.
+            cached = prefixes.get(step.input, batch.start, skip - 1).clone()
         with model.trace(batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,
-                         use_cache=False, logits_to_keep=1):
+                         use_cache=False, logits_to_keep=1) as tracer:
+            if skip > 0:
+                for layer in range(skip):
+                    block_envoy(model, layers_path, layer, site_tensor).skip(cached)
             for site, reads, writes in visit_order(step):
                 hidden = site_tensor(model, site)
                 for read in reads:
@@ -47,6 +83,8 @@ def run_step(model, prompts, step, store, batch_size, featurizers, labels=None, 
                 for write in writes:
                     scatter(as_heads(hidden, site), write.windows[span], batch.offsets,
                             store[write.source][span], featurizers[write.name])
+            if stop:
+                tracer.stop()
             if labels is not None:
                 logits = model.output.logits[:, -1, :].float()
                 torch.nn.functional.cross_entropy(logits, labels[span].to(logits.device)).backward()
@@ -72,22 +110,38 @@ def fit(model, step, classes, site_tensor=by_nnterp_name):
     return fit_featurizer(step, classes, backward)
 
 
-def run_plan(model, plan, batch_size, classes, site_tensor=by_nnterp_name):
+def run_plan(model, plan, batch_size, classes, site_tensor=by_nnterp_name, *, optimize=True):
     """Every step of every point; returns ``{step path: {name: tensor}}`` (CPU tensors).
 
     ``classes``: featurizer kind -> class, for the kinds the plan's writes use;
-    ``site_tensor``: how sites are addressed (nnterp's names, or module paths on a plain model).
+    ``site_tensor``: how sites are addressed (nnterp's names, or module paths on a plain model);
+    ``optimize``: share read-only runs across points and start each point at its lowest block
+    (``causalab_core.runtime.reuse``; results are byte-identical to the plain path).
     """
     results = {}
-    for point in plan.points:
-        store, fitted = {}, {}
+    stores = {point.name: {} for point in plan.points}
+    prefixes = CleanPrefixes(plan.points) if optimize else None
+    if optimize:
+        for input_name, merged in shared_reads(plan.points).items():
+            found = {}
+            with torch.no_grad():
+                run_step(model, plan.prompts[input_name], merged, found, batch_size, {}, site_tensor=site_tensor)
+            split_shared(found, stores)
+    for index, point in enumerate(plan.points):
+        store, fitted = stores.pop(point.name), {}
         for step in point.steps:
             if step.kind == "fit":
                 fitted[step.featurizer.name] = fit(model, step, classes, site_tensor)
                 results[step.path] = {k: v.detach().cpu() for k, v in fitted[step.featurizer.name].state().items()}
                 continue
+            if optimize and is_shared(step):
+                results[step.path] = {}
+                continue
             featurizers = featurizers_for(step, fitted, classes)
             with torch.no_grad():
                 results[step.path] = run_step(model, plan.prompts[step.input], step, store, batch_size, featurizers,
-                                              site_tensor=site_tensor)
+                                              site_tensor=site_tensor, prefixes=prefixes,
+                                              layers_path=plan.model.layers_path)
+        if prefixes is not None:
+            prefixes.release(index)
     return results

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pydantic import BaseModel, ConfigDict
+
 from causalab_core.contracts import Engine, refuse_options
 from causalab_core.errors import EngineError, shorten
 
@@ -36,11 +38,18 @@ def load_model(plan, device_map=None):
     return model
 
 
+class NnterpOptions(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    optimize: bool = True
+    """Share read-only traces across points and start each point at its lowest block (results are bit-identical)."""
+
+
 class NnterpEngine(Engine):
     """Runs a plan inside one ``model.session(remote=...)``; only the flat results come back."""
 
     name = "nnterp"
     capabilities = frozenset({"remote", "heads", "training"})
+    Options = NnterpOptions
 
     def __init__(self, **options):
         super().__init__(**options)
@@ -62,15 +71,15 @@ class NnterpEngine(Engine):
 
     def run(self, plan, remote, batch_size, classes):
         """The plan's one session (the step a remote engine replaces)."""
-        return run_session(self.model(plan), plan, remote, batch_size, classes)
+        return run_session(self.model(plan), plan, remote, batch_size, classes, self.options.optimize)
 
 
-def run_session(model, plan, remote, batch_size, classes):
+def run_session(model, plan, remote, batch_size, classes, optimize=True):
     """The session block. It loads only its arguments and installed modules."""
     import nnsight
 
     from causalab_nnterp.block import run_plan
 
     with model.session(remote=remote):
-        results = nnsight.save(run_plan(model, plan, batch_size, classes))
+        results = nnsight.save(run_plan(model, plan, batch_size, classes, optimize=optimize))
     return results
