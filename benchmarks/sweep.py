@@ -142,6 +142,7 @@ def setup(model_dir: Path, key: str, rows: int, positions: list[int], layers: in
         "causalab hooks": Causalab("hooks"),
         "hooks, no reuse": Causalab("hooks", optimize=False),
         "causalab nnterp": Causalab("nnterp"),
+        "nnterp, no reuse": Causalab("nnterp", optimize=False),
         "pyvene": lambda: pyvene(model, base, cf, layers, positions),
     }
     return layers, scratch, doc, contenders
@@ -190,7 +191,7 @@ def bench(label: str, model_dir: Path, key: str, rows: int, positions: list[int]
     if only:
         contenders = {name: run for name, run in contenders.items() if name in only}
     forwards = {"causalab hooks": 2 + len(positions) * layers, "hooks, no reuse": 2 * len(positions) * layers,
-                "causalab nnterp": 2 * len(positions) * layers}
+                "causalab nnterp": 2 + len(positions) * layers, "nnterp, no reuse": 2 * len(positions) * layers}
     times = {name: [] for name in contenders}
     splits: dict[str, list[dict]] = {}
     for repeat in range(repeats + 1):  # the first round warms up (loads weights), untimed
