@@ -100,3 +100,17 @@ def test_no_module_a_block_ships_imports_causalab_inside_a_function():
                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
                 found += [f"{name}.{function.name}: {m}" for m in modules if m.startswith("causalab")]
     assert found == []
+
+
+def test_every_chunk_of_a_run_ships_the_same_code():
+    """run.json keeps the last job's record, so a resumed run (other chunks) must record the same."""
+    import dataclasses
+
+    from causalab_ndif.shipping import PlainModel, run_shipped
+
+    plan = causalab_core.plan(ROOT / "documents/real/weekdays_layer_sweep.json")
+    model = PlainModel(plan.model.source, key=plan.model.key, revision=plan.model.revision, dispatch=True,
+                       dtype=torch.float32)
+    records = [run_shipped(model, dataclasses.replace(plan, points=points), None, {}, "local")[2].record()
+               for points in (plan.points[:1], plan.points[5:12])]
+    assert records[0] == records[1] and records[0]["travelled"] == "by value"

@@ -81,11 +81,11 @@ class Shipment:
     payload_bytes: int | None = None
 
     def record(self) -> dict:
-        """run.json's ``code``: how the code travelled, what exactly, and what it cost."""
+        """run.json's ``code``: how the code travelled and, shipped, exactly what. The same for every chunk
+        of a run (the payload's size is not: it grows with a chunk's points, so it is not recorded here)."""
         if not self.modules:
-            return {"travelled": "installed", "payload_bytes": self.payload_bytes}
-        return {"travelled": "by value", "modules": sorted(self.modules), "digest": self.digest(),
-                "payload_bytes": self.payload_bytes}
+            return {"travelled": "installed"}
+        return {"travelled": "by value", "modules": sorted(self.modules), "digest": self.digest()}
 
     def digest(self) -> str:
         """sha256 over each shipped module's name and source file, in name order."""
