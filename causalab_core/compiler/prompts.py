@@ -6,13 +6,26 @@ from typing import Any
 
 from causalab_core.contracts import RowText
 from causalab_core.document.load import row_name
-from causalab_core.errors import PlanError, echo
+from causalab_core.errors import PlanError, echo, shorten
 
 ROLES = ("system", "user", "assistant")
+# Private-use characters stand in for each turn's text: a template writes them through untouched.
+MARK = "\ue000{}\ue001"
+
+
+def folded(name: str, into: str) -> str:
+    """The segment name of a turn the template writes inside another turn (Gemma's system prompt)."""
+    return f"{name} (folded into {into})"
 
 
 def render_chat(tokenizer: Any, messages: Any, where: str) -> tuple[str, dict[str, tuple[int, int]]]:
-    """The prompt text of a conversation (generation prompt added) and each turn's character span."""
+    """The prompt text of a conversation (generation prompt added) and each turn's character span.
+
+    The template is rendered once more with a marker in place of each turn's text, so a turn is
+    located where the template put it, never by searching for its words (which may also be in
+    the template's own markup, or in another turn). A system turn the template writes inside a
+    user turn is named ``system (folded into user[i])``.
+    """
     if not isinstance(messages, list) or not messages or not all(
         isinstance(m, dict) and set(m) == {"role", "content"} and m["role"] in ROLES and isinstance(m["content"], str)
         for m in messages
@@ -20,23 +33,104 @@ def render_chat(tokenizer: Any, messages: Any, where: str) -> tuple[str, dict[st
         raise PlanError(f"{where}: a chat prompt is a list of {{\"role\": system|user|assistant, \"content\": text}}")
     if not getattr(tokenizer, "chat_template", None):
         raise PlanError(f"{where}: the model's tokenizer has no chat template to render this conversation")
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    bare = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
-    segments: dict[str, tuple[int, int]] = {}
-    seen: dict[str, int] = {}
-    cursor = 0
-    for message in messages:
-        role = message["role"]
-        name = "system" if role == "system" else f"{role}[{seen.get(role, 0)}]"
-        seen[role] = seen.get(role, 0) + 1
-        at = text.find(message["content"], cursor)
-        if at < 0:
-            raise PlanError(f"{where}: the chat template did not render the text of turn {name}")
-        segments[name] = (at, at + len(message["content"]))
-        cursor = at + len(message["content"])
+    names = _turn_names(messages, where)
+    if any("\ue000" in m["content"] or "\ue001" in m["content"] for m in messages):
+        raise PlanError(f"{where}: a turn holds U+E000 or U+E001, the private-use characters causalab marks turns with")
+    text = _render(tokenizer, messages, True, where)
+    bare = _render(tokenizer, messages, False, where)
+    marked = [{"role": m["role"], "content": MARK.format(i)} for i, m in enumerate(messages)]
+    skeleton = _render(tokenizer, marked, True, where)
+    spans = _align(text, skeleton, messages, names, where)
+    segments = {names[i]: spans[i] for i in range(len(messages))}
+    if "system" in segments:
+        into = _folded_into(tokenizer, skeleton, marked, names, where)
+        if into:
+            segments[folded("system", into)] = segments.pop("system")
     if text.startswith(bare) and len(text) > len(bare):
         segments["generation"] = (len(bare), len(text))
     return text, segments
+
+
+def _turn_names(messages: list[dict], where: str) -> list[str]:
+    names, seen = [], {}
+    for i, message in enumerate(messages):
+        role = message["role"]
+        if role == "system" and "system" in seen:
+            raise PlanError(f"{where}: turn {i} is a second system turn; a conversation has one at most")
+        names.append("system" if role == "system" else f"{role}[{seen.get(role, 0)}]")
+        seen[role] = seen.get(role, 0) + 1
+    return names
+
+
+def _render(tokenizer: Any, messages: list[dict], generation: bool, where: str) -> str:
+    try:
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation)
+    except Exception as exc:  # a template raises what it likes (jinja's raise_exception, a TypeError) on a turn it refuses
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise PlanError(f"{where}: the chat template refused this conversation: {shorten(reason)}") from None
+
+
+def _align(text: str, skeleton: str, messages: list[dict], names: list[str], where: str) -> list[tuple[int, int]]:
+    """Each turn's character span in ``text``, matching it to the marked rendering piece by piece."""
+    found = []
+    for i, name in enumerate(names):
+        mark = MARK.format(i)
+        count = skeleton.count(mark)
+        if count != 1:
+            did = "does not render" if count == 0 else f"renders {count} times"
+            raise PlanError(f"{where}: the chat template {did} the text of turn {name}")
+        found.append((skeleton.index(mark), i))
+    found.sort()
+    marks = [i for _, i in found]
+    cuts = [0] + [c for at, i in found for c in (at, at + len(MARK.format(i)))] + [len(skeleton)]
+    literals = [skeleton[cuts[2 * k]:cuts[2 * k + 1]] for k in range(len(marks) + 1)]
+
+    def place(k: int, pos: int) -> list[tuple[int, int]] | None:
+        if k == len(marks):
+            return [] if pos == len(text) else None
+        content = messages[marks[k]]["content"]
+        for candidate in dict.fromkeys((content, content.strip())):  # templates may trim a turn (`| trim`)
+            end = pos + len(candidate)
+            if text.startswith(candidate, pos) and text.startswith(literals[k + 1], end):
+                rest = place(k + 1, end + len(literals[k + 1]))
+                if rest is not None:
+                    return [(pos, end), *rest]
+        return None
+
+    placed = place(0, len(literals[0])) if text.startswith(literals[0]) else None
+    if placed is None:
+        raise PlanError(f"{where}: the chat template changes a turn's text beyond trimming it, or renders it "
+                        "differently by its content, so causalab cannot tell where each turn is")
+    spans: list[tuple[int, int]] = [(0, 0)] * len(messages)
+    for k, i in enumerate(marks):
+        spans[i] = placed[k]
+    return spans
+
+
+def _folded_into(tokenizer: Any, skeleton: str, marked: list[dict], names: list[str], where: str) -> str | None:
+    """The user turn the template writes the system text into, or None where it is a turn of its own.
+
+    Folded means: removing the system text, and the glue between it and a neighbouring user turn,
+    leaves exactly the rendering of the conversation without a system turn.
+    """
+    i = names.index("system")
+    try:
+        without = _render(tokenizer, [m for j, m in enumerate(marked) if j != i], True, where)
+    except PlanError:  # the template needs the system turn: it is no part of another
+        return None
+    order = sorted(range(len(marked)), key=lambda j: skeleton.index(marked[j]["content"]))
+    k = order.index(i)
+    start = skeleton.index(marked[i]["content"])
+    stop = start + len(marked[i]["content"])
+    if k + 1 < len(order) and names[order[k + 1]].startswith("user"):
+        after = order[k + 1]
+        if skeleton[:start] + skeleton[skeleton.index(marked[after]["content"]):] == without:
+            return names[after]
+    if k > 0 and names[order[k - 1]].startswith("user"):
+        before = order[k - 1]
+        if skeleton[:skeleton.index(marked[before]["content"]) + len(marked[before]["content"])] + skeleton[stop:] == without:
+            return names[before]
+    return None
 
 
 def tokenize_inputs(

@@ -7,7 +7,9 @@
 
 Values are found in the prompt's characters and mapped to tokens through the
 tokenizer's offsets, never by re-tokenizing a fragment. A value is matched as
-a whole word where it begins or ends with a word character.
+a whole word where it begins or ends with a word character. A window whose
+edge token also spells text outside the value (SentencePiece's ``▁Q:Alice``
+for ``Alice``) is refused: no token is the value's own.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ MISSING = "alignment_missing"
 AMBIGUOUS = "alignment_ambiguous"
 NO_SEGMENT = "segment_missing"
 NO_VARIABLE = "variable_missing"
+PARTIAL = "alignment_partial"
+FOLDED = "segment_folded"
 SEGMENT = re.compile(r"^(system|user\[\d+\]|assistant\[\d+\]|generation)$")
 
 
@@ -38,7 +42,8 @@ def scope_span(scope: dict[str, str], row: RowText) -> tuple[int, int] | str:
     start, end = 0, len(row.text)
     if "segment" in scope:
         if scope["segment"] not in row.segments:
-            return NO_SEGMENT
+            # The template wrote that turn inside another (Gemma's system prompt): it has no tokens of its own.
+            return FOLDED if any(k.startswith(f"{scope['segment']} (folded into ") for k in row.segments) else NO_SEGMENT
         start, end = row.segments[scope["segment"]]
     if "variable" in scope:
         name = scope["variable"]
@@ -57,6 +62,20 @@ def tokens_in(span: tuple[int, int], row: RowText) -> tuple[int, ...]:
     """Indices of the tokens whose characters overlap the span (zero-width tokens excluded)."""
     start, end = span
     return tuple(i for i, (s, e) in enumerate(row.offsets) if e > s and s < end and e > start)
+
+
+def window(span: tuple[int, int], row: RowText) -> tuple[int, ...] | str:
+    """The span's tokens, or ``alignment_partial`` where one also spells text beyond it.
+
+    Only whitespace may lie outside: the leading space or ``▁`` a token carries is its own.
+    """
+    start, end = span
+    tokens = tokens_in(span, row)
+    for i in tokens:
+        s, e = row.offsets[i]
+        if row.text[s:start].strip() or row.text[end:e].strip():
+            return PARTIAL
+    return tokens
 
 
 def _check_scope(scope: Any) -> None:
@@ -86,7 +105,9 @@ class ScopedIndexResolver(PositionResolver):
         span = scope_span(spec["scope"], row)
         if isinstance(span, str):
             return Resolved(reason=span)
-        tokens = tokens_in(span, row)
+        tokens = window(span, row)
+        if isinstance(tokens, str):
+            return Resolved(reason=tokens)
         index = spec["index"]
         if not -len(tokens) <= index < len(tokens):
             return Resolved(reason=OUT_OF_RANGE if tokens else MISSING)
@@ -108,5 +129,7 @@ class VariableResolver(PositionResolver):
         span = scope_span(spec, row)
         if isinstance(span, str):
             return Resolved(reason=span)
-        tokens = tokens_in(span, row)
+        tokens = window(span, row)
+        if isinstance(tokens, str):
+            return Resolved(reason=tokens)
         return Resolved(positions=tokens) if tokens else Resolved(reason=MISSING)
