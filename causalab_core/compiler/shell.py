@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from causalab_core.plugins import Registry
 ATTENTION_NAMES = ("self_attn", "attn", "attention", "self_attention")
 MLP_NAMES = ("mlp", "feed_forward", "ffn")
 ATTN_OUT_NAMES = ("o_proj", "c_proj", "out_proj", "dense")
+MLP_OUT_NAMES = ("down_proj", "dense_4h_to_h", "fc_out", "fc2", "c_proj")
 
 
 def resolve_source(key: str, revision: str | None, registry: Registry, folder: Path | None = None) -> Path:
@@ -70,19 +72,43 @@ class Shell:
         )
 
     def site(self, component: str, layer: int, head: int | None) -> Site:
-        """The module and tensor that a document's site names, at ``layer``."""
+        """The module and tensor that a document's site names, at ``layer``.
+
+        ``attn_output`` and ``mlp_output`` are the sub-layer's own term, before the block adds it
+        to the stream: the module's output, or, where the module adds the residual itself
+        (BLOOM's take a ``residual`` argument), its output projection's.
+        """
         block = f"{self.layers_path}.{layer}"
         ref = self.model_ref("", None, "")
         if component in ("block_input", "block_output"):
             tensor = "input" if component == "block_input" else "output"
             return Site(component, layer, block, tensor, ref.width)
         if component == "attn_output":
-            return Site(component, layer, self._child(block, ATTENTION_NAMES), "output", ref.width)
+            return Site(component, layer, self._term(self._child(block, ATTENTION_NAMES), ATTN_OUT_NAMES),
+                        "output", ref.width)
         if component == "mlp_output":
-            return Site(component, layer, self._child(block, MLP_NAMES), "output", ref.width)
+            return Site(component, layer, self._term(self._mlp(block), MLP_OUT_NAMES), "output", ref.width)
         attention = self._child(block, ATTENTION_NAMES)
         return Site(component, layer, self._child(attention, ATTN_OUT_NAMES), "input",
                     ref.head_dim, head=head, heads=ref.heads)
+
+    def _term(self, path: str, projections: tuple[str, ...]) -> str:
+        """``path``, or its output projection where the module's forward adds the residual it is handed."""
+        if "residual" not in inspect.signature(type(self.module.get_submodule(path)).forward).parameters:
+            return path
+        if getattr(self.config, "slow_but_exact", False) and getattr(self.config, "pretraining_tp", 1) > 1:
+            # BLOOM then computes the projection with F.linear on slices: the module is never called.
+            raise PlanError(f"{type(self.module).__name__}: slow_but_exact with pretraining_tp > 1 bypasses "
+                            f"{path}'s output projection; attn_output and mlp_output need it")
+        return self._child(path, projections)
+
+    def _mlp(self, block: str) -> str:
+        try:
+            return self._child(block, MLP_NAMES)
+        except PlanError:
+            raise PlanError(f"{type(self.module).__name__}: site mlp_output needs an MLP module in each block, and "
+                            f"{block} has none named any of {MLP_NAMES} (OPT's fc1/fc2 sit in the block itself, "
+                            "on flattened rows); use block_output, attn_output or head") from None
 
     def _child(self, path: str, names: tuple[str, ...]) -> str:
         module = self.module.get_submodule(path)

@@ -8,7 +8,7 @@ is what a server without causalab or nnterp serves.
 
 from __future__ import annotations
 
-# nnterp's standardized accessors for each site (heads go through the attention module).
+# nnterp's standardized accessors for each site whose tensor is a block's, an attention's or an MLP's own.
 ACCESSORS = {
     "block_input": ("layers_input", "input"),
     "block_output": ("layers_output", "output"),
@@ -18,11 +18,20 @@ ACCESSORS = {
 
 
 def by_nnterp_name(model, site):
-    """The live tensor of a site inside a trace, addressed by nnterp's names."""
-    if site.component in ACCESSORS:
+    """The live tensor of a site inside a trace, addressed by nnterp's names.
+
+    Below the block, the compiler's path goes through the attention module (``attn_output``,
+    ``head``) or the MLP (``mlp_output``), which nnterp names ``attentions`` and ``mlps``; a
+    module inside them (a head's output projection, BLOOM's ``dense``: the term before the
+    residual the module adds itself) keeps its own name.
+    """
+    inside = site.module.partition(f".{site.layer}.")[2].split(".")[1:]  # the path below the sub-layer
+    if site.component in ("block_input", "block_output") or not inside:
         return getattr(model, ACCESSORS[site.component][0])[site.layer]
-    projection = getattr(model.attentions[site.layer], site.module.rsplit(".", 1)[1])
-    return projection.input
+    envoy = (model.mlps if site.component == "mlp_output" else model.attentions)[site.layer]
+    for name in inside:
+        envoy = getattr(envoy, name)
+    return envoy.input if site.tensor == "input" else envoy.output
 
 
 def by_module_path(model, site):
