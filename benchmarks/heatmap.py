@@ -435,16 +435,13 @@ def print_table(r: dict) -> None:
 
 def start_server(folder: Path, scratch: Path):
     """The NDIF test server (as benchmarks/remote.py starts it), also serving the synthetic GPT-2 by its path."""
-    sys.path.insert(0, str(ROOT / "plugins/causalab-ndif/tests"))
-    from conftest import deployments  # noqa: E402
-
     from causalab_nnterp import served_key
     from causalab_testing.ndif_server.stack import Deployment, TestServer
 
     size = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
     server = TestServer(scratch / "ndif-server")
     t = time.perf_counter()
-    server.start([*deployments()[:1], Deployment(str(folder), served_key(str(folder), None), size)])
+    server.start([Deployment(str(folder), served_key(str(folder), None), size)])
     print(f"  NDIF test server up in {time.perf_counter() - t:.0f} s", flush=True)
     return server
 
@@ -463,7 +460,7 @@ def machine() -> str:
 
 def tree() -> str:
     """The commit measured, and which engine files differ from it (the working tree is shared)."""
-    git = lambda *a: subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True, text=True).stdout.strip()  # noqa: E731
+    git = lambda *a: subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True, text=True).stdout.rstrip()  # noqa: E731
     dirty = git("status", "--porcelain", "--", "causalab_core", "plugins").splitlines()
     return f"commit {git('rev-parse', '--short', 'HEAD')}" + (f", uncommitted: {', '.join(l[3:] for l in dirty)}" if dirty else "")
 
