@@ -217,3 +217,22 @@ TEMPLATES = {"chatml": CHATML, "llama3": LLAMA3, "gemma": GEMMA, "mistral": MIST
 # Whether the template itself writes the BOS, and which turn (if any) the system text joins.
 TEMPLATE_BOS = {"chatml": False, "llama3": True, "gemma": True, "mistral": True, "phi3": False}
 SYSTEM_FOLDS_INTO = {"chatml": None, "llama3": None, "gemma": "first", "mistral": "last", "phi3": None}
+
+
+def shell_checkpoint(path, style: str, bos: bool = True, template: str | None = None):
+    """A checkpoint folder without weights (a tiny Llama config and the tokenizer): enough for the compiler.
+
+    ``causalab plan`` and ``validate`` read only these; a run would need weights.
+    """
+    from pathlib import Path
+
+    from transformers import LlamaConfig
+
+    tok = tokenizer(style, bos, template)
+    LlamaConfig(
+        vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+        max_position_embeddings=256, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    ).save_pretrained(path)
+    tok.save_pretrained(path)
+    return Path(path)
