@@ -28,6 +28,7 @@ import functools
 import json
 import types
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import pytest
@@ -127,22 +128,22 @@ def head_logits(norm, softcap=False):
     return final
 
 
-def separate_values(m, attn, captured):  # v_proj's output: [seq, kv_heads * head_dim]
+def separate_values(m, captured):  # v_proj's output: [seq, kv_heads * head_dim]
     return captured["v_proj"]
 
 
-def phi3_values(m, attn, captured):  # qkv_proj: queries, then keys, then values
+def phi3_values(m, captured):  # qkv_proj: queries, then keys, then values
     c, d = m.config, m.config.hidden_size // m.config.num_attention_heads
     return captured["qkv_proj"][..., (c.num_attention_heads + c.num_key_value_heads) * d:]
 
 
-def neox_values(m, attn, captured):  # query_key_value: per head, [q | k | v]
+def neox_values(m, captured):  # query_key_value: per head, [q | k | v]
     c = m.config
     d = c.hidden_size // c.num_attention_heads
     return captured["query_key_value"].unflatten(-1, (c.num_attention_heads, 3 * d))[..., 2 * d:].flatten(-2)
 
 
-def bloom_values(m, attn, captured):  # query_key_value: per head, [q | k | v], split as (heads, 3, head_dim)
+def bloom_values(m, captured):  # query_key_value: per head, [q | k | v], split as (heads, 3, head_dim)
     c = m.config
     d = c.hidden_size // c.num_attention_heads
     return captured["query_key_value"].unflatten(-1, (c.num_attention_heads, 3, d))[..., 2, :].flatten(-2)
@@ -447,8 +448,8 @@ def test_a_head_is_its_attention_over_its_key_value_group(family):
     """The projection's input, cut per head, is head h's attention weights times the values of key/value
     group h // (heads / kv_heads): the head index is the query head's, under grouped-query attention too."""
     ref = reference(family)
-    c, s = ref.config, ref.s
-    kv = getattr(c, "num_key_value_heads", None) or ref.heads
+    s = ref.s
+    kv = getattr(ref.config, "num_key_value_heads", None) or ref.heads
     ids = sample_ids(family)
     _, _, calls = ref.clean(ids)
     for layer, block in enumerate(ref.blocks):
@@ -458,12 +459,17 @@ def test_a_head_is_its_attention_over_its_key_value_group(family):
         name, cut = s.values
         attn = block.get_submodule(s.attention)
         hook = attn.get_submodule(name).register_forward_hook(lambda mod, a, out: found.__setitem__(name, out[0]))
+
+        def keep(_, z):
+            found["z"] = z[0]
+            return z
+
         try:
             with torch.no_grad():
-                _, weights = ref.attention(layer, n, calls, lambda _, z: found.setdefault("z", z[0]))
+                _, weights = ref.attention(layer, n, calls, keep)
         finally:
             hook.remove()
-        values = cut(ref.model, attn, found).unflatten(-1, (kv, ref.head_dim))
+        values = cut(ref.model, found).unflatten(-1, (kv, ref.head_dim))
         heads = found["z"].unflatten(-1, (ref.heads, ref.head_dim))
         for h in range(ref.heads):
             group = h // (ref.heads // kv)
@@ -525,3 +531,34 @@ def test_a_missing_site_is_refused_before_any_weights(folder):
     """OPT blocks have no MLP module (fc1 and fc2 act on flattened rows): mlp_output is refused, saying so."""
     with pytest.raises(PlanError, match="mlp_output"):
         plan_for("opt", "mlp_output", folder)
+
+
+DISPLAY = {"llama": "Llama", "qwen2": "Qwen 2", "qwen3": "Qwen 3", "mistral": "Mistral", "phi3": "Phi-3",
+           "gemma2": "Gemma 2", "gemma3": "Gemma 3", "olmo2": "OLMo 2", "gpt_neox": "GPT-NeoX", "gptj": "GPT-J",
+           "opt": "OPT", "bloom": "BLOOM"}
+
+
+def readme_rows() -> dict[str, list[str]]:
+    """The per-family site table of documents/README.md: family -> its cells."""
+    text = (Path(__file__).parents[1] / "documents" / "README.md").read_text()
+    section = text.split("### Sites per family", 1)[1].split("\n### ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        if line.startswith("| ") and not line.startswith("| family"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            rows[cells[0]] = cells
+    return rows
+
+
+@pytest.mark.parametrize("family", list(families.FAMILIES))
+def test_the_readme_names_the_module_the_compiler_hooks(family):
+    """The table a user reads is the compiler's choice (and the reference above checks the compiler's choice)."""
+    from causalab_core.compiler.shell import load_shell
+
+    cells, shell = readme_rows()[DISPLAY[family]], load_shell(families.ensure(family))
+    for column, site in enumerate(("block_input", "attn_output", "mlp_output", "head"), start=1):
+        if (family, site) in MISSING:
+            assert cells[column].startswith("refused"), cells[column]
+            continue
+        module = shell.site(site, 1, 0 if site == "head" else None).module
+        assert cells[column].startswith(f"`{module.replace('.1', '.L', 1)}`"), (site, cells[column])
