@@ -377,10 +377,7 @@ def one_thread():
 
 @functools.cache
 def engine(name: str):
-    """One instance per engine (it keeps each loaded model); ``nnterp-plain``: nnterp without work reuse."""
-    if name == "nnterp-plain":
-        cls = spy_registry().get("engine", "nnterp")
-        return cls(options=cls.Options(optimize=False))
+    """One instance per engine (it keeps each loaded model)."""
     return spy_registry().get("engine", name)()
 
 
@@ -483,24 +480,13 @@ def test_the_families_test_grouped_query_attention():
         "llama", "qwen2", "qwen3", "gemma2", "gemma3", "mistral", "phi3", "olmo2"}
 
 
-# nnterp's work reuse (causalab_nnterp.block.run_step) clones the kept clean output of the block below
-# the lowest written one; GPT-J and BLOOM blocks return a tuple (hidden, attention weights), so every
-# writing run fails there. Their sites are checked on nnterp's plain path meanwhile ("nnterp-plain").
-TUPLE_BLOCKS = ("gptj", "bloom")
-REUSE_BUG = pytest.mark.xfail(raises=AttributeError, strict=True,
-                              reason="nnterp reuse: prefixes.get(...).clone() on a block output that is a tuple")
-
-
 def cases():
     for family in families.FAMILIES:
         for site in SITES:
             if (family, site) in MISSING:
                 continue
             for name in ENGINES:
-                marks = [REUSE_BUG] if name == "nnterp" and family in TUPLE_BLOCKS else []
-                yield pytest.param(family, site, name, marks=marks, id=f"{family}-{site}-{name}")
-            if family in TUPLE_BLOCKS:
-                yield pytest.param(family, site, "nnterp-plain", id=f"{family}-{site}-nnterp-plain")
+                yield pytest.param(family, site, name, id=f"{family}-{site}-{name}")
 
 
 @pytest.mark.parametrize("family,site,engine_name", list(cases()))

@@ -46,6 +46,14 @@ def clean_outputs(model, batch, layers_path, wanted, site_tensor=by_nnterp_name)
     return outputs
 
 
+def copied(output):
+    """A block output to skip to, copied: a write at the next block's input edits that tensor in place.
+    Some families' blocks (GPT-J, BLOOM) return ``(hidden, attention weights)``; the tuple is kept."""
+    if isinstance(output, tuple):
+        return (output[0].clone(), *output[1:])
+    return output.clone()
+
+
 def run_step(model, prompts, step, store, batch_size, featurizers, labels=None, site_tensor=by_nnterp_name,
              prefixes=None, layers_path=None):
     """One plan step over every batch of rows: one trace per batch.
@@ -69,8 +77,7 @@ def run_step(model, prompts, step, store, batch_size, featurizers, labels=None, 
             if prefixes.get(step.input, batch.start, skip - 1) is None:
                 prefixes.keep(step.input, batch.start,
                               clean_outputs(model, batch, layers_path, prefixes.wanted(step.input), site_tensor))
-            # A copy: a write at the skipped-to block's input edits that tensor in place.
-            cached = prefixes.get(step.input, batch.start, skip - 1).clone()
+            cached = copied(prefixes.get(step.input, batch.start, skip - 1))
         with model.trace(batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,
                          use_cache=False, logits_to_keep=1) as tracer:
             if skip > 0:
