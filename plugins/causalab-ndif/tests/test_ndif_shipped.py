@@ -106,6 +106,7 @@ def test_asking_for_the_installed_code_on_a_server_without_it_is_refused_in_one_
     assert done.stderr.startswith(f"EngineError: the NDIF server at {bare_server.host} does not have what this "
                                   "client would run there: causalab-core (client "), done.stderr
     assert done.stderr.count("\n") == 1 and not (tmp_path / "o").exists()
+    assert done.stderr.rstrip().endswith("or --option code=shipped to send this client's causalab code with the request")
 
 
 def test_another_nnsight_on_the_client_is_refused_before_any_work(bare_server, tmp_path):
@@ -127,6 +128,7 @@ def test_another_nnsight_on_the_client_is_refused_before_any_work(bare_server, t
     assert done.stderr.startswith(
         f"EngineError: the NDIF server at {bare_server.host} does not have what this client would run there: "
         f"nnsight (client {installed}.post1, server {installed}). "), done.stderr
+    assert "code=shipped" not in done.stderr  # shipping cannot help: the shipped code runs on the server's nnsight
     assert not (tmp_path / "o").exists()
 
 
