@@ -65,6 +65,16 @@ class Engine:
         self.details: dict[str, Any] = {}
         """Plain data the engine learned while running, handed to the provenance hook."""
 
+    def record_loaded(self, model: Any) -> None:
+        """Keep in ``details`` the dtype the weights of ``model`` (a transformers model) were loaded in, read off
+        its LM head as an NDIF server reads its served weights: run.json's ``loaded_dtype``. Weights still on the
+        meta device (a session sent elsewhere) loaded nowhere here, so nothing is claimed for them."""
+        weight = model.get_output_embeddings().weight
+        if weight.device.type == "meta":
+            self.details.pop("loaded_dtype", None)
+        else:
+            self.details["loaded_dtype"] = str(weight.dtype)
+
     def execute(
         self,
         plan: Plan,

@@ -106,6 +106,13 @@ def causalab_digests(registry: Registry) -> dict[str, Any]:
     }
 
 
+def loaded_weights_dtype(details: dict[str, Any]) -> str | None:
+    """The dtype of the weights that computed the numbers (``torch.float16``), as the engine read it off the
+    loaded model (``Engine.record_loaded``), or a remote engine's ``served_dtype`` read off the served weights:
+    the document's ``model.dtype`` is what was asked, this is what ran."""
+    return details.get("loaded_dtype") or details.get("served_dtype")
+
+
 def run_record(
     registry: Registry, *, engine: str, remote: bool | str, batch_size: int | None, plan: Any,
     details: dict[str, Any] | None = None,
@@ -114,9 +121,12 @@ def run_record(
         "engine": engine,
         "remote": remote,
         "batch_size": batch_size,
-        "versions": watched_versions(),
-        "causalab": causalab_digests(registry),
     }
+    loaded_dtype = loaded_weights_dtype(details or {})
+    if loaded_dtype:
+        record["loaded_dtype"] = loaded_dtype
+    record["versions"] = watched_versions()
+    record["causalab"] = causalab_digests(registry)
     record["components"] = components(registry, plan, engine)
     record["arithmetic"] = arithmetic()
     if plan.data:

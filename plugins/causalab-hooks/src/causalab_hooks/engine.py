@@ -57,6 +57,7 @@ class HooksEngine(Engine):
                                   f"{shorten(' '.join(str(exc).split()))}") from None
             # Frozen weights, as the nnterp engine and an NDIF server hold them (see causalab_nnterp.engine).
             self._models[key] = model.eval().requires_grad_(False)
+        self.record_loaded(self._models[key])  # run.json's loaded_dtype, read off the weights
         return self._models[key]
 
     def execute(self, plan, *, featurizers=None, remote=False, batch_size=None, progress=None):

@@ -71,7 +71,10 @@ class NnterpEngine(Engine):
 
     def run(self, plan, remote, batch_size, classes):
         """The plan's one session (the step a remote engine replaces)."""
-        return run_session(self.model(plan), plan, remote, batch_size, classes, self.options.optimize)
+        model = self.model(plan)
+        results = run_session(model, plan, remote, batch_size, classes, self.options.optimize)
+        self.record_loaded(model._module)  # after the session: the weights it ran on, not the ones asked for
+        return results
 
 
 def run_session(model, plan, remote, batch_size, classes, optimize=True):
