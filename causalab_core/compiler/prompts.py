@@ -65,7 +65,7 @@ def _turn_names(messages: list[dict], where: str) -> list[str]:
 def _render(tokenizer: Any, messages: list[dict], generation: bool, where: str) -> str:
     try:
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation)
-    except Exception as exc:  # a template raises what it likes (jinja's raise_exception, a TypeError) on a turn it refuses
+    except Exception as exc:  # a template raises what it likes (raise_exception, a TypeError) on a turn it refuses
         reason = " ".join(str(exc).split()) or type(exc).__name__
         raise PlanError(f"{where}: the chat template refused this conversation: {shorten(reason)}") from None
 
@@ -128,7 +128,8 @@ def _folded_into(tokenizer: Any, skeleton: str, marked: list[dict], names: list[
             return names[after]
     if k > 0 and names[order[k - 1]].startswith("user"):
         before = order[k - 1]
-        if skeleton[:skeleton.index(marked[before]["content"]) + len(marked[before]["content"])] + skeleton[stop:] == without:
+        ends = skeleton.index(marked[before]["content"]) + len(marked[before]["content"])
+        if skeleton[:ends] + skeleton[stop:] == without:
             return names[before]
     return None
 

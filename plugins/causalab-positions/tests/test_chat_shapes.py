@@ -95,7 +95,8 @@ def test_a_turn_whose_text_is_also_markup_is_found_at_the_turn(template, style):
         changed = [k for k, (a, b) in enumerate(zip(row.text, other.text)) if a != b]
         assert (changed[0], changed[-1] + 1) == (start, end), name
         spans.append((start, end))
-        window = VariableResolver().resolve({"variable": "w", "segment": name}, chat_row(tok, messages, w=message["content"]))
+        spec = {"variable": "w", "segment": name}
+        window = VariableResolver().resolve(spec, chat_row(tok, messages, w=message["content"]))
         assert words(tok, [row.ids[p] for p in window.positions]) == [message["content"]]
     assert spans == sorted(spans) and all(a[1] < b[0] for a, b in zip(spans, spans[1:]))
 
@@ -125,14 +126,16 @@ def test_a_template_that_trims_a_turn_gives_the_trimmed_text(template):
 @pytest.mark.parametrize("template", ["gemma", "mistral"])
 def test_without_a_system_turn_nothing_is_folded(template):
     row = chat_row(tokenizer("sp_bpe", True, template), CONVERSATION)
-    assert set(row.segments) == {"user[0]", "assistant[0]", "user[1]"} | ({"generation"} if template == "gemma" else set())
+    generation = {"generation"} if template == "gemma" else set()
+    assert set(row.segments) == {"user[0]", "assistant[0]", "user[1]"} | generation
 
 
 # Gemma 2's template refuses a system turn; another drops it; another rewrites each turn.
 REFUSES = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'system' %}"
            "{{ raise_exception('System role not supported') }}{% endif %}"
            "<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}<end_of_turn>\n{% endfor %}")
-DROPS = "{% for m in messages %}{% if m['role'] != 'system' %}<|{{ m['role'] }}|>\n{{ m['content'] }}<|end|>\n{% endif %}{% endfor %}"
+DROPS = ("{% for m in messages %}{% if m['role'] != 'system' %}<|{{ m['role'] }}|>\n{{ m['content'] }}<|end|>\n"
+         "{% endif %}{% endfor %}")
 SHOUTS = "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] | upper }}<|end|>\n{% endfor %}"
 
 
@@ -159,7 +162,8 @@ def document(model, position, write=True):
         "metrics": {"ld": {"kind": "logit_diff", "target": "a", "other": "b", "input": "cf"}},
     }
     if write:
-        doc["writes"] = {"w": {"input": "chat", "source": "r", "layer": 0, "site": "block_output", "position": position}}
+        doc["writes"] = {"w": {"input": "chat", "source": "r", "layer": 0, "site": "block_output",
+                               "position": position}}
         del doc["metrics"]["ld"]["input"]
     return doc
 
@@ -177,7 +181,8 @@ def test_asking_for_the_system_turn_where_the_template_folds_it_is_refused_in_th
     system = {"index": -1, "scope": {"segment": "system"}}
     plan, _ = plan_of(tmp_path, "llama3", system)
     (record,) = [r for r in plan.points[0].positions if r.name == "w"]
-    assert record.reasons == (None,) and record.tokens[0][0].strip() and "assistant".endswith(record.tokens[0][0].strip())
+    last = record.tokens[0][0].strip()  # the system text's last token: all or the end of "assistant"
+    assert record.reasons == (None,) and last and "assistant".endswith(last)
     with pytest.raises(PlanError, match=r"gemma\.json: write 'w' has nothing to write on row\(s\) .*segment_folded"):
         plan_of(tmp_path, "gemma", system)
     read_only, _ = plan_of(tmp_path, "gemma", system, write=False)
@@ -197,6 +202,7 @@ def test_a_plan_carries_the_one_bos_the_template_wrote(tmp_path):
     for template in ("llama3", "chatml"):
         plan, _ = plan_of(tmp_path, template, last)
         ids = plan.prompts["chat"][0]
-        assert ids.count(tok.bos_token_id) == TEMPLATE_BOS[template] and (ids[0] == tok.bos_token_id) == TEMPLATE_BOS[template]
+        assert ids.count(tok.bos_token_id) == TEMPLATE_BOS[template]
+        assert (ids[0] == tok.bos_token_id) == TEMPLATE_BOS[template]
         (record,) = [r for r in plan.points[0].positions if r.name == "w"]
         assert record.tokens[0][0].strip() == "Monday"

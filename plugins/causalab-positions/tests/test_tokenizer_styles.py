@@ -1,6 +1,8 @@
-"""Positions on every tokenizer style real checkpoints ship: byte-level BPE, SentencePiece-style, word-level, BOS or not."""
+"""Positions on the tokenizer styles checkpoints ship: byte-level BPE, SentencePiece-style, word-level, BOS or not."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -84,8 +86,8 @@ def test_characters_no_vocabulary_has_fall_back_to_bytes_and_still_spell_the_val
 
 @pytest.mark.parametrize("style,bos", STYLE_BOS)
 def test_a_value_inside_a_longer_word_is_not_a_match(style, bos):
-    assert VariableResolver().resolve({"variable": "v"}, row_text(style, bos, "Carolina has the key", v="Carol")).reason == MISSING
-    assert VariableResolver().resolve({"variable": "v"}, row_text(style, bos, "Malmöbor has it", v="Malmö")).reason == MISSING
+    for text, value in (("Carolina has the key", "Carol"), ("Malmöbor has it", "Malmö")):
+        assert VariableResolver().resolve({"variable": "v"}, row_text(style, bos, text, v=value)).reason == MISSING
 
 
 @pytest.mark.parametrize("style,bos", STYLE_BOS)
@@ -133,18 +135,20 @@ def test_the_positions_record_decodes_each_token_of_the_window(tmp_path):
     from causalab_testing.tokenizers import shell_checkpoint
 
     model = shell_checkpoint(tmp_path / "model", "sp_bpe", bos=True)
-    rows = [{"base": "Alice has the key", "counterfactual": "the key is in São Paulo now", "who": "Alice", "cf_who": "São Paulo",
-             "a": " key", "b": " box"}]
+    rows = [{"base": "Alice has the key", "counterfactual": "the key is in São Paulo now", "who": "Alice",
+             "cf_who": "São Paulo", "a": " key", "b": " box"}]
+    last = {"index": -1, "scope": {"variable": "who"}}
     doc = {
         "version": "2", "model": {"key": str(model)}, "data": {"rows": rows},
         "variables": {"counterfactual": {"who": "cf_who"}},
-        "reads": {"r": {"input": "counterfactual", "layer": 0, "site": "block_output", "position": {"index": -1, "scope": {"variable": "who"}}},
-                  "all": {"input": "counterfactual", "layer": 1, "site": "block_output", "position": {"variable": "who"}}},
-        "writes": {"w": {"input": "base", "source": "r", "layer": 0, "site": "block_output", "position": {"index": -1, "scope": {"variable": "who"}}}},
+        "reads": {"r": {"input": "counterfactual", "layer": 0, "site": "block_output", "position": last},
+                  "all": {"input": "counterfactual", "layer": 1, "site": "block_output",
+                          "position": {"variable": "who"}}},
+        "writes": {"w": {"input": "base", "source": "r", "layer": 0, "site": "block_output", "position": last}},
         "metrics": {"ld": {"kind": "logit_diff", "target": "a", "other": "b"}},
     }
     path = tmp_path / "doc.json"
-    path.write_text(__import__("json").dumps(doc))
+    path.write_text(json.dumps(doc))
     plan = causalab_core.plan(str(path))
     records = {r.name: r for r in plan.points[0].positions}
     tok = tokenizer("sp_bpe", True)

@@ -43,7 +43,8 @@ def scope_span(scope: dict[str, str], row: RowText) -> tuple[int, int] | str:
     if "segment" in scope:
         if scope["segment"] not in row.segments:
             # The template wrote that turn inside another (Gemma's system prompt): it has no tokens of its own.
-            return FOLDED if any(k.startswith(f"{scope['segment']} (folded into ") for k in row.segments) else NO_SEGMENT
+            inside = any(k.startswith(f"{scope['segment']} (folded into ") for k in row.segments)
+            return FOLDED if inside else NO_SEGMENT
         start, end = row.segments[scope["segment"]]
     if "variable" in scope:
         name = scope["variable"]

@@ -176,12 +176,6 @@ def tokenizer(style: str, bos: bool = True, template: str | None = None):
     )
 
 
-def save(path, style: str, bos: bool = True, template: str | None = None):
-    """Write the tokenizer as a checkpoint's tokenizer files (``save_pretrained``) into ``path``."""
-    tokenizer(style, bos, template).save_pretrained(path)
-    return path
-
-
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
