@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import torch
 
+from causalab_core.errors import EngineError
 from causalab_core.runtime import (
     SITE_ORDER, answer_scores, as_heads, batches, featurizers_for, fit_featurizer, gather, minibatch, scatter,
+)
+from causalab_core.runtime.positions import (
+    UNSUPPORTED, CleanCaches, first_written_position, keys_values, prefix_cache, tail_batch, tail_output,
 )
 from causalab_core.runtime.reuse import CleanPrefixes, first_written_layer, is_shared, shared_reads, split_shared
 from causalab_nnterp.sites import by_nnterp_name
@@ -46,6 +50,18 @@ def clean_outputs(model, batch, layers_path, wanted, site_tensor=by_nnterp_name)
     return outputs
 
 
+def clean_keys_values(model, batch, layers_path, wanted, blocks, site_tensor=by_nnterp_name):
+    """One whole clean trace of a batch with the cache on: its keys and values per block (None if the
+    model gives none), and each wanted block's output."""
+    outputs = {}
+    with model.trace(batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,
+                     use_cache=True, logits_to_keep=1):
+        for layer in wanted:
+            outputs[layer] = block_envoy(model, layers_path, layer, site_tensor).output
+        cache = model.output.past_key_values
+    return keys_values(cache, blocks), outputs
+
+
 def copied(output):
     """A block output to skip to, copied: a write at the next block's input edits that tensor in place.
     Some families' blocks (GPT-J, BLOOM) return ``(hidden, attention weights)``; the tuple is kept."""
@@ -55,7 +71,7 @@ def copied(output):
 
 
 def run_step(model, prompts, step, store, batch_size, featurizers, labels=None, site_tensor=by_nnterp_name,
-             prefixes=None, layers_path=None):
+             prefixes=None, layers_path=None, caches=None, blocks=None):
     """One plan step over every batch of rows: one trace per batch.
 
     With ``labels`` (training), the cross-entropy of the last-token logits is
@@ -64,6 +80,9 @@ def run_step(model, prompts, step, store, batch_size, featurizers, labels=None, 
     ``prefixes`` (a ``CleanPrefixes``): a writing run starts at its lowest block, the blocks below
     skipped and replaced by the clean run's output (computed here once per batch, if not kept yet).
     A read-only unscored run stops after its last read.
+    ``caches`` (a ``CleanCaches``; with ``prefixes``, and ``blocks``, the model's block count): position-level
+    reuse (``causalab_core.runtime.positions``), a writing run computing only positions >= its first written
+    one, over the clean run's keys and values.
     """
     skip = first_written_layer(step) if prefixes is not None else 0
     stop = step.scoring is None and not step.writes and labels is None
@@ -73,13 +92,29 @@ def run_step(model, prompts, step, store, batch_size, featurizers, labels=None, 
     # Batches are built on the CPU: nnsight moves a trace's inputs to the model's device.
     for batch in batches(prompts, batch_size, "cpu"):
         span = slice(batch.start, batch.stop)
-        if skip > 0:
+        start = first_written_position(step, batch) if caches is not None and step.writes else 0
+        if start > 0:
+            if caches.get(step.input, batch.start) is None:
+                kv, outputs = clean_keys_values(model, batch, layers_path, prefixes.wanted(step.input), blocks,
+                                                site_tensor)
+                if kv is None:
+                    raise EngineError(UNSUPPORTED.format(model=layers_path))
+                caches.keep(step.input, batch.start, kv)
+                prefixes.keep(step.input, batch.start, outputs)
+            if skip > 0:
+                cached = tail_output(prefixes.get(step.input, batch.start, skip - 1), start)
+            batch = tail_batch(batch, start)
+            extra = {"past_key_values": prefix_cache(caches.get(step.input, batch.start), start), "use_cache": True}
+        elif skip > 0:
+            extra = {"use_cache": False}
             if prefixes.get(step.input, batch.start, skip - 1) is None:
                 prefixes.keep(step.input, batch.start,
                               clean_outputs(model, batch, layers_path, prefixes.wanted(step.input), site_tensor))
             cached = copied(prefixes.get(step.input, batch.start, skip - 1))
+        else:
+            extra = {"use_cache": False}
         with model.trace(batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,
-                         use_cache=False, logits_to_keep=1) as tracer:
+                         logits_to_keep=1, **extra) as tracer:
             if skip > 0:
                 for layer in range(skip):
                     block_envoy(model, layers_path, layer, site_tensor).skip(cached)
@@ -117,17 +152,21 @@ def fit(model, step, classes, site_tensor=by_nnterp_name):
     return fit_featurizer(step, classes, backward)
 
 
-def run_plan(model, plan, batch_size, classes, site_tensor=by_nnterp_name, *, optimize=True):
+def run_plan(model, plan, batch_size, classes, site_tensor=by_nnterp_name, *, optimize=True, positions=False):
     """Every step of every point; returns ``{step path: {name: tensor}}`` (CPU tensors).
 
     ``classes``: featurizer kind -> class, for the kinds the plan's writes use;
     ``site_tensor``: how sites are addressed (nnterp's names, or module paths on a plain model);
     ``optimize``: share read-only runs across points and start each point at its lowest block
-    (``causalab_core.runtime.reuse``; results are byte-identical to the plain path).
+    (``causalab_core.runtime.reuse``; results are byte-identical to the plain path);
+    ``positions``: also position-level reuse (``causalab_core.runtime.positions``; byte-identical to the hooks
+    engine in that mode, within 1e-5 of the plain path).
     """
     results = {}
     stores = {point.name: {} for point in plan.points}
-    prefixes = CleanPrefixes(plan.points) if optimize else None
+    prefixes = CleanPrefixes(plan.points) if optimize or positions else None
+    caches = CleanCaches(plan.points) if positions else None
+    blocks = plan.model.layers if positions else None
     if optimize:
         for input_name, merged in shared_reads(plan.points).items():
             found = {}
@@ -148,7 +187,9 @@ def run_plan(model, plan, batch_size, classes, site_tensor=by_nnterp_name, *, op
             with torch.no_grad():
                 results[step.path] = run_step(model, plan.prompts[step.input], step, store, batch_size, featurizers,
                                               site_tensor=site_tensor, prefixes=prefixes,
-                                              layers_path=plan.model.layers_path)
+                                              layers_path=plan.model.layers_path, caches=caches, blocks=blocks)
         if prefixes is not None:
             prefixes.release(index)
+        if caches is not None:
+            caches.release(index)
     return results

@@ -1,0 +1,97 @@
+"""Position-level reuse: a writing run recomputes only the positions at and after its first written one.
+
+Attention is causal, so a write at padded position ``p`` changes nothing at
+positions before ``p`` in any block. A run that writes at blocks >= ``L``
+therefore needs only positions ``p..`` of blocks ``L..``: the blocks below
+``L`` return the clean run's block ``L - 1`` output at positions ``p..``, and
+the positions before ``p`` enter attention as the clean run's keys and values
+(a transformers ``DynamicCache`` of one clean forward, cut to ``p``). The
+forward's inputs are positions ``p..`` (their ids and position ids) with the
+full attention mask; windows are addressed in the shortened sequence by
+shifting the batch's offsets by ``-p``.
+
+Every engine builds the same shortened forward from these functions, so
+engines agree byte for byte with each other in this mode; against the plain
+path (one full forward) results agree within float rounding (1e-5), not
+bitwise: attention over a cache multiplies in another order.
+
+Imported inside engines' blocks: module-level functions only, importing
+nothing but torch, transformers and the standard library inside functions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from causalab_core.runtime.batches import Batch
+
+
+def first_written_position(step, batch: Batch) -> int:
+    """The smallest padded position any of the batch's rows writes or reads in ``step`` (0: nothing to cut)."""
+    found = [pos + batch.offsets[row - batch.start]
+             for op in (*step.reads, *step.writes) for row in range(batch.start, batch.stop)
+             for pos in op.windows[row]]
+    return min(found, default=0)
+
+
+def tail_batch(batch: Batch, start: int) -> Batch:
+    """The batch from padded position ``start`` on: ids and position ids cut, the attention mask kept whole,
+    the offsets shifted so that a plan position addresses the shortened sequence."""
+    return dataclasses.replace(
+        batch, input_ids=batch.input_ids[:, start:], position_ids=batch.position_ids[:, start:],
+        offsets=tuple(o - start for o in batch.offsets),
+    )
+
+
+def keys_values(cache, blocks: int):
+    """Per block, the clean forward's (keys, values), from the ``past_key_values`` a forward with
+    ``use_cache=True`` returns; None when the model gives no such per-block cache."""
+    layers = getattr(cache, "layers", None)
+    if layers is None or len(layers) != blocks:
+        return None
+    found = [(getattr(layer, "keys", None), getattr(layer, "values", None)) for layer in layers]
+    if any(k is None or v is None or k.dim() != 4 for k, v in found):
+        return None
+    return tuple(found)
+
+
+def prefix_cache(kv, start: int):
+    """A fresh ``DynamicCache`` holding the clean keys and values of positions ``0..start-1`` of every block
+    (the forward appends its own positions to it)."""
+    from transformers import DynamicCache
+
+    return DynamicCache([(k[:, :, :start], v[:, :, :start]) for k, v in kv])
+
+
+def tail_output(output, start: int):
+    """A clean block output from position ``start`` on, copied (a write at the next block's input edits it
+    in place); a tuple output (GPT-J, BLOOM) keeps its other members."""
+    if isinstance(output, tuple):
+        return (output[0][:, start:].clone(), *output[1:])
+    return output[:, start:].clone()
+
+
+class CleanCaches:
+    """The clean run's keys and values per (input, batch start), kept until the last point writing that input."""
+
+    def __init__(self, points):
+        self.last_use: dict[str, int] = {}
+        for index, point in enumerate(points):
+            for step in point.steps:
+                if step.kind == "run" and step.writes:
+                    self.last_use[step.input] = index
+        self.kept: dict[tuple[str, int], tuple] = {}
+
+    def get(self, input_name: str, start: int):
+        return self.kept.get((input_name, start))
+
+    def keep(self, input_name: str, start: int, kv) -> None:
+        self.kept[(input_name, start)] = kv
+
+    def release(self, index: int) -> None:
+        """After point ``index``: drop the caches of inputs no later point writes."""
+        for key in [k for k in self.kept if self.last_use.get(k[0], -1) <= index]:
+            del self.kept[key]
+
+
+UNSUPPORTED = "position reuse needs a per-block key/value cache from the model ({model}); run without positions"

@@ -1,0 +1,74 @@
+"""Position-level reuse: byte-identical across engines, within 1e-5 of the plain path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from causalab_core import api
+from causalab_core.plugins import registry
+from causalab_testing.conformance import ragged_rows
+from causalab_testing.data import sweep_document
+from causalab_hooks.engine import HooksEngine, HooksOptions
+
+
+def sweep(model: str, site: str) -> dict:
+    """Several layers x positions (early, middle, last) at one site, plus an MLP write two blocks up."""
+    doc = sweep_document(model, layers=[0, 1, 3], positions=[0, -4, -2, -1])
+    for spec in (doc["reads"]["cf_resid"], doc["writes"]["patch"]):
+        spec["site"] = site
+        if site == "head":
+            spec["head"] = 1
+    return doc
+
+
+def close(a: dict, b: dict, tol=1e-5) -> float:
+    assert a.keys() == b.keys()
+    worst = 0.0
+    for path in a:
+        assert a[path].keys() == b[path].keys(), path
+        for name in a[path]:
+            x, y = a[path][name], b[path][name]
+            if x.is_floating_point():
+                worst = max(worst, (x - y).abs().max().item())
+            else:
+                assert torch.equal(x, y), (path, name)
+    assert worst <= tol, worst
+    return worst
+
+
+@pytest.mark.parametrize("arch", ["tiny_llama", "tiny_gpt2"])
+@pytest.mark.parametrize("site", ["block_input", "attn_output", "head"])
+def test_position_reuse_is_within_1e_5_of_the_plain_path(arch, site, request, write_doc):
+    plan = api.plan(write_doc(sweep(str(request.getfixturevalue(arch)), site), ragged_rows(20)))
+    classes = api.featurizer_classes(plan, registry())
+    fast = HooksEngine(options=HooksOptions(positions=True)).execute(plan, featurizers=classes, batch_size=7)
+    plain = HooksEngine(options=HooksOptions(optimize=False)).execute(plan, featurizers=classes, batch_size=7)
+    close(fast, plain)
+
+
+def count_block_tokens(engine, plan):
+    """How many positions each block's MLP computed (summed over forwards)."""
+    model = engine.load(plan)
+    blocks = model.get_submodule(plan.model.layers_path)
+    tokens = [0] * len(blocks)
+    handles = [b.mlp.register_forward_pre_hook(lambda m, a, i=i: tokens.__setitem__(i, tokens[i] + a[0].shape[1]))
+               for i, b in enumerate(blocks)]
+    try:
+        engine.execute(plan)
+    finally:
+        for h in handles:
+            h.remove()
+    return tokens
+
+
+def test_a_late_write_computes_fewer_positions(write_doc, tiny_llama):
+    plan = api.plan(write_doc(sweep_document(str(tiny_llama), positions=[-1]), ragged_rows(10)))
+    prefix = count_block_tokens(HooksEngine(), plan)
+    positions = count_block_tokens(HooksEngine(options=HooksOptions(positions=True)), plan)
+    assert sum(positions) < sum(prefix)
+    # The top block: the shared counterfactual forward and the clean base forward (every position), then
+    # each point on the last position only (rows are left-padded: the last position is the same for all).
+    width = {name: max(len(p) for p in prompts) for name, prompts in plan.prompts.items()}
+    assert positions[-1] == width["counterfactual"] + width["base"] + len(plan.points)
+    assert prefix[-1] == width["counterfactual"] + width["base"] * len(plan.points)
