@@ -30,7 +30,8 @@ tests=(tests/test_engine_parity.py tests/test_half_precision.py
 [ -f tests/test_families.py ] && tests+=(tests/test_families.py)  # the per-family site matrix
 status=0
 start=$SECONDS
-CAUSALAB_TEST_DEVICE_MAP=cuda "$PY" -m pytest -q -p causalab_testing.device "${tests[@]}" >"$out/pytest.log" 2>&1 || status=$?
+CAUSALAB_TEST_DEVICE_MAP=cuda "$PY" -m pytest -q -p causalab_testing.device "${tests[@]}" \
+  >"$out/pytest.log" 2>&1 || status=$?
 summary=$(tail -n 1 "$out/pytest.log")
 echo "engine and site tests on cuda: ${summary:-no output} ($((SECONDS - start)) s; log: $out/pytest.log)"
 "$PY" scripts/gpu_check.py "$out" || status=$?

@@ -1,8 +1,8 @@
 """The toy weekdays sweep on CUDA for each engine x dtype, timed, against the CPU float32 run: a table.
 
-Run by scripts/gpu-check.sh (`python scripts/gpu_check.py OUT`; `OUT cpu` makes the same table on CPU); each run is the CLI a researcher types
-(`causalab run DOC --engine E --device-map cuda`), so a wall time includes starting the process and
-loading the weights. Exits 1 if a run fails.
+Run by scripts/gpu-check.sh (`python scripts/gpu_check.py OUT`; `OUT cpu` makes the same table on CPU).
+Each run is the CLI a researcher types (`causalab run DOC --engine E --device-map cuda`), so a wall time
+includes starting the process and loading the weights. Exits 1 if a run fails.
 """
 
 from __future__ import annotations

@@ -32,7 +32,8 @@ FACTOR = 1.5
 
 
 def same_folders(a: Path, b: Path) -> bool:
-    return subprocess.run(["diff", "-r", "-x", "run.json", "-x", "manifest.json", a, b], capture_output=True).returncode == 0
+    diff = subprocess.run(["diff", "-r", "-x", "run.json", "-x", "manifest.json", a, b], capture_output=True)
+    return diff.returncode == 0
 
 
 def run_json(out: Path) -> dict:
@@ -99,7 +100,8 @@ def test_das_trains_and_applies_in_float32_on_half_weights(dtype, write_doc, tin
 
     def spy(self, x):
         features, error = featurize(self, x)
-        seen.add((x.dtype, self.rotation.dtype, features.dtype, self.rotation.requires_grad and torch.is_grad_enabled()))
+        training = self.rotation.requires_grad and torch.is_grad_enabled()
+        seen.add((x.dtype, self.rotation.dtype, features.dtype, training))
         return features, error
 
     monkeypatch.setattr(DAS, "featurize", spy)

@@ -1,4 +1,4 @@
-"""A pytest plugin (`-p causalab_testing.device`): engines a test makes without a device load on `$CAUSALAB_TEST_DEVICE_MAP`.
+"""A pytest plugin (`-p causalab_testing.device`): engines made without a device load on `$CAUSALAB_TEST_DEVICE_MAP`.
 
 `scripts/gpu-check.sh` runs the engine and site tests so, with `CAUSALAB_TEST_DEVICE_MAP=cuda`, unchanged.
 An engine given a device (`HooksEngine(device_map="cpu")`, `api.run(..., device_map=...)`) keeps it, and
