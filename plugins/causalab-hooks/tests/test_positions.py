@@ -8,18 +8,9 @@ import torch
 from causalab_core import api
 from causalab_core.plugins import registry
 from causalab_testing.conformance import ragged_rows
-from causalab_testing.data import sweep_document
+from causalab_testing.data import site_sweep_document, sweep_document
+from causalab_testing.work import block_work
 from causalab_hooks.engine import HooksEngine, HooksOptions
-
-
-def sweep(model: str, site: str) -> dict:
-    """Several layers x positions (early, middle, last) at one site, plus an MLP write two blocks up."""
-    doc = sweep_document(model, layers=[0, 1, 3], positions=[0, -4, -2, -1])
-    for spec in (doc["reads"]["cf_resid"], doc["writes"]["patch"]):
-        spec["site"] = site
-        if site == "head":
-            spec["head"] = 1
-    return doc
 
 
 def close(a: dict, b: dict, tol=1e-5) -> float:
@@ -40,7 +31,7 @@ def close(a: dict, b: dict, tol=1e-5) -> float:
 @pytest.mark.parametrize("arch", ["tiny_llama", "tiny_gpt2"])
 @pytest.mark.parametrize("site", ["block_input", "attn_output", "head"])
 def test_position_reuse_is_within_1e_5_of_the_plain_path(arch, site, request, write_doc):
-    plan = api.plan(write_doc(sweep(str(request.getfixturevalue(arch)), site), ragged_rows(20)))
+    plan = api.plan(write_doc(site_sweep_document(str(request.getfixturevalue(arch)), site), ragged_rows(20)))
     classes = api.featurizer_classes(plan, registry())
     fast = HooksEngine(options=HooksOptions(positions=True)).execute(plan, featurizers=classes, batch_size=7)
     plain = HooksEngine(options=HooksOptions(optimize=False)).execute(plan, featurizers=classes, batch_size=7)
@@ -48,18 +39,7 @@ def test_position_reuse_is_within_1e_5_of_the_plain_path(arch, site, request, wr
 
 
 def count_block_tokens(engine, plan):
-    """How many positions each block's MLP computed (summed over forwards)."""
-    model = engine.load(plan)
-    blocks = model.get_submodule(plan.model.layers_path)
-    tokens = [0] * len(blocks)
-    handles = [b.mlp.register_forward_pre_hook(lambda m, a, i=i: tokens.__setitem__(i, tokens[i] + a[0].shape[1]))
-               for i, b in enumerate(blocks)]
-    try:
-        engine.execute(plan)
-    finally:
-        for h in handles:
-            h.remove()
-    return tokens
+    return block_work(engine.load(plan), plan.model.layers_path, lambda: engine.execute(plan), tokens=True)
 
 
 def test_a_late_write_computes_fewer_positions(write_doc, tiny_llama):

@@ -9,6 +9,7 @@ import pytest
 from causalab_core import api, hookimpl
 from causalab_core.plugins import build_registry
 from causalab_testing.conformance import ragged_rows
+from causalab_testing.work import block_work
 from causalab_testing.data import sweep_document
 from causalab_hooks.engine import HooksEngine, HooksOptions
 
@@ -49,18 +50,7 @@ def test_optimized_outputs_are_byte_identical_to_the_plain_path(arch, site, requ
 
 
 def count_block_calls(engine, plan):
-    """How many times each block's MLP ran (a skipped block computes nothing)."""
-    model = engine.load(plan)
-    blocks = model.get_submodule(plan.model.layers_path)
-    calls = [0] * len(blocks)
-    handles = [b.mlp.register_forward_pre_hook(lambda m, a, i=i: calls.__setitem__(i, calls[i] + 1))
-               for i, b in enumerate(blocks)]
-    try:
-        engine.execute(plan)
-    finally:
-        for h in handles:
-            h.remove()
-    return calls
+    return block_work(engine.load(plan), plan.model.layers_path, lambda: engine.execute(plan))
 
 
 def test_the_sweep_does_less_block_work(write_doc, tiny_llama):

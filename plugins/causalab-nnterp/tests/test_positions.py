@@ -8,28 +8,15 @@ import torch
 from causalab_core import api
 from causalab_core.plugins import registry
 from causalab_testing.conformance import ragged_rows
-from causalab_testing.data import sweep_document
+from causalab_testing.data import site_sweep_document
 from causalab_hooks.engine import HooksEngine, HooksOptions
 from causalab_nnterp.engine import NnterpEngine, NnterpOptions
-
-
-def sweep(model: str, site: str) -> dict:
-    """Several layers x positions (first, middle, last) at one site, and an MLP write at block 2 too."""
-    doc = sweep_document(model, layers=[0, 1, 3], positions=[0, -4, -2, -1])
-    for spec in (doc["reads"]["cf_resid"], doc["writes"]["patch"]):
-        spec["site"] = site
-        if site == "head":
-            spec["head"] = 1
-    if site == "block_input":
-        doc["reads"]["cf_mlp"] = {**doc["reads"]["cf_resid"], "site": "mlp_output", "layer": 2}
-        doc["writes"]["patch_mlp"] = {**doc["writes"]["patch"], "source": "cf_mlp", "site": "mlp_output", "layer": 2}
-    return doc
 
 
 @pytest.mark.parametrize("arch", ["tiny_llama", "tiny_gpt2"])
 @pytest.mark.parametrize("site", ["block_input", "attn_output", "head"])
 def test_position_reuse_is_byte_identical_to_hooks_and_close_to_the_plain_path(arch, site, request, write_doc):
-    plan = api.plan(write_doc(sweep(str(request.getfixturevalue(arch)), site), ragged_rows(20)))
+    plan = api.plan(write_doc(site_sweep_document(str(request.getfixturevalue(arch)), site), ragged_rows(20)))
     classes = api.featurizer_classes(plan, registry())
     fast = NnterpEngine(options=NnterpOptions(positions=True)).execute(plan, featurizers=classes, batch_size=7)
     hooks = HooksEngine(options=HooksOptions(positions=True)).execute(plan, featurizers=classes, batch_size=7)
@@ -51,7 +38,7 @@ def test_sites_by_module_path_give_the_same_tensors(write_doc, tiny_gpt2):
     from causalab_nnterp.block import run_plan
     from causalab_nnterp.sites import by_module_path
 
-    plan = api.plan(write_doc(sweep(str(tiny_gpt2), "block_input"), ragged_rows(12)))
+    plan = api.plan(write_doc(site_sweep_document(str(tiny_gpt2), "block_input"), ragged_rows(12)))
     classes = api.featurizer_classes(plan, registry())
     model = NnterpEngine().model(plan)
     with model.session():

@@ -8,6 +8,7 @@ import torch
 from causalab_core import api
 from causalab_core.plugins import registry
 from causalab_testing.conformance import ragged_rows
+from causalab_testing.work import block_work
 from causalab_testing.data import sweep_document
 from causalab_hooks.engine import HooksEngine
 from causalab_nnterp.engine import NnterpEngine, NnterpOptions
@@ -57,18 +58,8 @@ def test_sites_by_module_path_skip_the_same_blocks(write_doc, tiny_gpt2):
 
 
 def count_block_calls(engine, plan):
-    """How many times each block's MLP ran inside the engine's traces (a skipped block computes nothing)."""
-    model = engine.model(plan)
-    blocks = model._module.get_submodule(plan.model.layers_path)
-    calls = [0] * len(blocks)
-    handles = [b.mlp.register_forward_pre_hook(lambda m, a, i=i: calls.__setitem__(i, calls[i] + 1))
-               for i, b in enumerate(blocks)]
-    try:
-        engine.execute(plan)
-    finally:
-        for h in handles:
-            h.remove()
-    return calls
+    """How many times each block's MLP ran inside the engine's traces."""
+    return block_work(engine.model(plan)._module, plan.model.layers_path, lambda: engine.execute(plan))
 
 
 def test_the_sweep_does_the_hooks_engines_block_work(write_doc, tiny_llama):

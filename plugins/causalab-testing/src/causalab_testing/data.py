@@ -44,3 +44,17 @@ def sweep_document(key: str, layers=(0, 1, 2, 3), positions=(-4, -1), data: dict
         },
         "sweep": {"layers": list(layers), "pos": list(positions)},
     }
+
+
+def site_sweep_document(model_key: str, site: str) -> dict:
+    """Layers 0, 1, 3 x positions 0, -4, -2, -1 at one site (head 1 for ``head``); at ``block_input`` also
+    an MLP-output write at block 2, so a point writes at two blocks."""
+    doc = sweep_document(model_key, layers=[0, 1, 3], positions=[0, -4, -2, -1])
+    for spec in (doc["reads"]["cf_resid"], doc["writes"]["patch"]):
+        spec["site"] = site
+        if site == "head":
+            spec["head"] = 1
+    if site == "block_input":
+        doc["reads"]["cf_mlp"] = {**doc["reads"]["cf_resid"], "site": "mlp_output", "layer": 2}
+        doc["writes"]["patch_mlp"] = {**doc["writes"]["patch"], "source": "cf_mlp", "site": "mlp_output", "layer": 2}
+    return doc
