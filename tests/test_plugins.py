@@ -170,7 +170,7 @@ def test_engine_options_are_the_engines_own_and_checked_before_any_work(sweep_do
     from causalab_core import api
     from causalab_core.errors import EngineError
 
-    with pytest.raises(EngineError, match=r"--option allow_skew: unknown option for engine 'hooks' \(its options: optimize\)"):
+    with pytest.raises(EngineError, match=r"--option allow_skew: unknown option for engine 'hooks' \(its options: optimize, positions\)"):
         api.run(sweep_doc, out=tmp_path / "o", options={"allow_skew": True})
     plain = api.run(sweep_doc, out=tmp_path / "plain", options={"optimize": False})
     reused = api.run(sweep_doc, out=tmp_path / "reused")

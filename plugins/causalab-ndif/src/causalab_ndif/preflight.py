@@ -36,9 +36,11 @@ def version_skew(client: dict[str, str | None], packages: dict[str, str]) -> dic
 def describe_skew(skew: dict[str, tuple[Any, Any]], host: str) -> str:
     parts = [f"{name} (client {mine or 'not installed'}, server {theirs or 'not installed'})"
              for name, (mine, theirs) in sorted(skew.items())]
-    # Only causalab's own code differs: shipping this client's code with the request would do.
-    ship = ", or --option code=shipped to send this client's causalab code with the request" if all(
-        name.startswith("causalab") for name in skew) else ""
+    # Nothing the shipped code runs on differs: shipping this client's code with the request would do.
+    from causalab_ndif.shipping import SERVER_PACKAGES
+
+    ship = ", or --option code=shipped to send this client's causalab code with the request" if not (
+        set(skew) & set(SERVER_PACKAGES)) else ""
     return (f"the NDIF server at {host} does not have what this client would run there: {'; '.join(parts)}. "
             "Install the same versions on both sides, or pass --option allow_skew=true to run anyway "
             f"(recorded in run.json){ship}")
