@@ -14,12 +14,14 @@ document compiled and run end to end like the others in ``sweep.py``.
 
 Contenders, each in a fresh process per repeat (weights loaded and an untimed
 one-row warm-up before the clock starts; resident memory sampled every
-millisecond above that baseline, so time and peak come from the same run):
+millisecond above that baseline, so time and peak come from the same run;
+glibc's mmap threshold fixed for every contender, see ``ALLOCATOR``):
 
 - ``floor``: hand-written torch, one counterfactual forward capturing every
   block input, one patched forward per point, all rows batched;
 - ``causalab hooks``, ``causalab nnterp``: the document end to end (compile,
-  execute, write the output folder);
+  execute, write the output folder), position reuse as the planner picks it
+  (it does here); ``hooks, no positions``: the same with ``positions=false``;
 - ``pyvene``: one ``IntervenableModel`` per layer, a call per point;
 - ``transformerlens``: ``transformer_lens.patching.get_act_patch_resid_pre`` on
   ``TransformerBridge.boot_transformers`` of the same folder, from its own
@@ -56,7 +58,10 @@ TL_PYTHON = HERE / ".venv-tl/bin/python"
 SPEC = {"arch": "gpt2", "layers": 12, "width": 768, "heads": 12, "seed": 0}
 PROMPT = "{a} put the key in the box and {b} has the ball. Q: who has the ball? A:"
 FILLER = "{c} has the key. "
-CONTENDERS = ("floor", "causalab hooks", "causalab nnterp", "pyvene", "transformerlens")
+CONTENDERS = ("floor", "causalab hooks", "hooks, no positions", "causalab nnterp", "pyvene", "transformerlens")
+# The causalab contenders: engine and options (none: the planner picks position reuse, as users get it).
+ENGINES = {"causalab hooks": ("hooks", {}), "hooks, no positions": ("hooks", {"positions": False}),
+           "causalab nnterp": ("nnterp", {}), "causalab ndif": ("ndif", {})}
 
 
 # ---------------------------------------------------------------- model, rows, document
@@ -195,10 +200,11 @@ def pyvene(model, problem, layers: int) -> tuple[list[list[float]], int]:
 class Causalab:
     """The document end to end through one engine instance: compile, execute, score, write."""
 
-    def __init__(self, engine: str):
+    def __init__(self, engine: str, options: dict):
         from causalab_core.plugins import registry
 
-        self.engine = registry().get("engine", engine)()
+        cls = registry().get("engine", engine)
+        self.engine = cls(options=cls.Options(**options))
         self.split: dict[str, float] = {}
 
     def __call__(self, doc: Path, out: Path, layers: int, length: int) -> list[list[float]]:
@@ -280,8 +286,8 @@ def worker(spec: dict) -> dict:
             result["eager_vs_sdpa_logits"] = (a - b).abs().max().item()
             result["logit_scale"] = a.abs().max().item()
         return result
-    engine = name.split()[-1]
-    run = Causalab(engine)
+    engine, options = ENGINES[name]
+    run = Causalab(engine, options)
     warm = write_problem(scratch, folder, rows[:1], 1, 1, f"warm-{os.getpid()}")
     run(warm, scratch / f"out-warm-{os.getpid()}", 1, 1)  # loads the weights (remote: the server's first request)
     before = completed_jobs(Path(spec["ray_dir"])) if engine == "ndif" else None
@@ -290,7 +296,8 @@ def worker(spec: dict) -> dict:
         start = time.perf_counter()
         grid = run(Path(spec["doc"]), scratch / f"out-{os.getpid()}", layers, length)
         result["seconds"] = time.perf_counter() - start
-    result.update(grid=grid, split=run.split, peak_mib=peak.mib)
+    result.update(grid=grid, split=run.split, peak_mib=peak.mib,
+                  position_reuse=run.engine.details.get("position_reuse", {}).get("used"))
     if engine == "ndif":
         time.sleep(2)  # the actor's log line follows its response
         jobs = [ms for job, ms in completed_jobs(Path(spec["ray_dir"])).items() if job not in before]
@@ -322,9 +329,16 @@ def actor_pid(ray_dir: Path, checkpoint: str) -> int | None:
 
 # ---------------------------------------------------------------- the driver
 
+# glibc raises its mmap threshold each time a large mmapped block is freed, after which freed activations
+# stay in the heap: resident memory then grows with how a contender happens to order its allocations (up
+# to +100 MiB over a 4-row heatmap whose live tensors stay under 7 MiB), not with what it keeps. A fixed
+# threshold, the same for every contender, makes the peak follow what each keeps alive.
+ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": "65536"}
+
+
 def spawn(spec: dict, server=None) -> dict:
     """Run one contender in a fresh process; its last stdout line is the result."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TQDM_DISABLE": "1"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TQDM_DISABLE": "1", **ALLOCATOR}
     if spec["contender"] == "transformerlens":
         rows = [json.loads(line) for line in Path(spec["rows"]).read_text().splitlines()]
         argv = [str(TL_PYTHON), str(HERE / "tl_heatmap.py"),
@@ -397,7 +411,7 @@ def summarize(label, points, rows, length, runs) -> dict:
         if "server_s" in rs[0]:
             entry["server_s"] = statistics.median(r["server_s"] for r in rs)
             entry["jobs"] = rs[0]["jobs"]
-        for key in ("forwards", "versions", "threads"):
+        for key in ("forwards", "versions", "threads", "position_reuse"):
             if key in rs[0]:
                 entry[key] = rs[0][key]
         table[name] = entry
@@ -424,6 +438,8 @@ def print_table(r: dict) -> None:
             continue
         split = e.get("split_s")
         parts = " / ".join(f"{split[k]:.2f}" for k in ("compile", "execute", "write")) if split else ""
+        if e.get("position_reuse"):
+            parts += "  position reuse"
         if "server_s" in e:
             parts += f"   server-side {e['server_s']:.2f} s ({e['jobs']} job(s)), peak is the server actor's"
         ratio = f"{e['x_floor']:>7.2f}x" if "x_floor" in e else f"{'':>8}"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -37,6 +38,9 @@ from causalab_core.results import output_files, score
 from causalab_core.provenance import run_record
 from causalab_testing import models
 from causalab_testing.data import weekday_rows
+
+# The same allocator setting for every contender's memory run (why: benchmarks/heatmap.py's ALLOCATOR).
+ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": "65536"}
 
 ROOT = Path(__file__).parent.parent
 
@@ -140,9 +144,12 @@ def setup(model_dir: Path, key: str, rows: int, positions: list[int], layers: in
     contenders = {
         "floor": lambda: floor(model, base, cf, layers, positions),
         "causalab hooks": Causalab("hooks"),
-        "hooks, no reuse": Causalab("hooks", optimize=False),
+        "hooks, positions": Causalab("hooks", positions=True),
+        "hooks, no positions": Causalab("hooks", positions=False),
+        "hooks, no reuse": Causalab("hooks", optimize=False, positions=False),
         "causalab nnterp": Causalab("nnterp"),
-        "nnterp, no reuse": Causalab("nnterp", optimize=False),
+        "nnterp, positions": Causalab("nnterp", positions=True),
+        "nnterp, no reuse": Causalab("nnterp", optimize=False, positions=False),
         "pyvene": lambda: pyvene(model, base, cf, layers, positions),
     }
     return layers, scratch, doc, contenders
@@ -178,7 +185,8 @@ def measure_memory(names, model_dir: Path, key: str, rows: int, positions: list[
     found = {}
     for name in names:
         spec = json.dumps([name, str(model_dir), key, rows, positions, layers])
-        done = subprocess.run([sys.executable, __file__, "--peak-of", spec], capture_output=True, text=True)
+        done = subprocess.run([sys.executable, __file__, "--peak-of", spec], capture_output=True, text=True,
+                              env={**os.environ, **ALLOCATOR})
         found[name] = float(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else None
     return found
 
@@ -190,8 +198,9 @@ def bench(label: str, model_dir: Path, key: str, rows: int, positions: list[int]
     layers, scratch, doc, contenders = setup(model_dir, key, rows, positions, layers)
     if only:
         contenders = {name: run for name, run in contenders.items() if name in only}
-    forwards = {"causalab hooks": 2 + len(positions) * layers, "hooks, no reuse": 2 * len(positions) * layers,
-                "causalab nnterp": 2 + len(positions) * layers, "nnterp, no reuse": 2 * len(positions) * layers}
+    # Reuse: one shared counterfactual forward, one clean base forward, one (shortened) forward per point.
+    forwards = {name: 2 * len(positions) * layers if "no reuse" in name else 2 + len(positions) * layers
+                for name in contenders if name not in ("floor", "pyvene")}
     times = {name: [] for name in contenders}
     splits: dict[str, list[dict]] = {}
     for repeat in range(repeats + 1):  # the first round warms up (loads weights), untimed

@@ -46,6 +46,22 @@ class NoParams(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class ReuseOptions(BaseModel):
+    """The work-reuse options of the engines that run plans themselves (hooks, nnterp, ndif): the same
+    switches, so a local and a remote run of one document do the same work and give the same bytes."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    optimize: bool = True
+    """Share read-only forwards across points and start each point at its lowest block (bit-identical).
+    False: the plain path, one full forward per step per batch (and no position reuse unless asked)."""
+    positions: bool | None = None
+    """Position-level reuse: a writing run recomputes only positions >= its first written one, the clean
+    run's keys and values serving the rest (``causalab_core.runtime.positions``); byte-identical between
+    engines, within 1e-5 of the plain path, not bitwise. Unset: the planner's pick (``causalab plan`` shows
+    it, run.json's ``position_reuse`` records it; ``causalab_core.runtime.positions.decide``)."""
+
+
+
 # -- engines ------------------------------------------------------------------
 
 

@@ -125,6 +125,8 @@ def run_record(
     loaded_dtype = loaded_weights_dtype(details or {})
     if loaded_dtype:
         record["loaded_dtype"] = loaded_dtype
+    if (details or {}).get("position_reuse"):  # whether position-level reuse ran, and who chose it
+        record["position_reuse"] = details["position_reuse"]
     record["versions"] = watched_versions()
     record["causalab"] = causalab_digests(registry)
     record["components"] = components(registry, plan, engine)

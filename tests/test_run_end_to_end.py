@@ -66,7 +66,11 @@ def test_metric_file_holds_values_positions_eligibility_and_summary(sweep_doc, t
 def test_run_json_records_engine_versions_and_digests(sweep_doc, tmp_path):
     api.run(sweep_doc, out=tmp_path / "o", batch_size=8)
     run = json.loads((tmp_path / "o" / "run.json").read_text())
-    assert list(run) == ["engine", "remote", "batch_size", "loaded_dtype", "versions", "causalab", "components", "arithmetic"]
+    assert list(run) == ["engine", "remote", "batch_size", "loaded_dtype", "position_reuse", "versions", "causalab",
+                         "components", "arithmetic"]
+    # Positions -4 and -1 of 13-token rows: the planner's pick, and why.
+    assert run["position_reuse"]["used"] is True and run["position_reuse"]["by"] == "planner"
+    assert run["position_reuse"]["why"].startswith("it saves ")
     assert set(run["arithmetic"]) == {"torch_threads", "cpu_capability", "deterministic_algorithms"}
     assert run["loaded_dtype"] == "torch.float32"  # read off the loaded weights (the document asks float32)
     assert (run["engine"], run["remote"], run["batch_size"]) == ("hooks", False, 8)

@@ -9,6 +9,7 @@ from typing import Any
 from causalab_core.compiler.prompts import tokenize_inputs
 from causalab_core.compiler.shell import Shell, load_shell, resolve_source
 from causalab_core.compiler.sweep import points, substitute
+from causalab_core.compiler.reuse import choose as choose_position_reuse
 from causalab_core.contracts import RUNS, VIEWS, Resolved
 from causalab_core.document import LoadedDocument, check_document
 from causalab_core.document.load import row_name
@@ -317,10 +318,11 @@ class Compiler:
             ("heads", any(s.site.component == "head" for st in runs for s in (*st.reads, *st.writes))),
             ("training", any(st.kind == "fit" for p in built for st in p.steps)),
         ) if needed)
+        prompts = {name: tuple(r.ids for r in rows) for name, rows in self.prompts.items()}
         return Plan(
             model=self.ref,
             rows=len(self.loaded.rows),
-            prompts={name: tuple(r.ids for r in rows) for name, rows in self.prompts.items()},
+            prompts=prompts,
             segments={name: tuple(self._token_segments(r) for r in rows)
                       for name, rows in self.prompts.items() if any(r.segments for r in rows)},
             points=built,
@@ -328,6 +330,7 @@ class Compiler:
             document=self.doc.model_dump(mode="json"),
             resolvers=tuple(sorted(self.used_resolvers)),
             data=self.loaded.generated or {},
+            position_reuse=choose_position_reuse(self.ref, prompts, built),
         )
 
 

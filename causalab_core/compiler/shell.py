@@ -69,6 +69,7 @@ class Shell:
             width=c.hidden_size, heads=heads,
             head_dim=getattr(c, "head_dim", None) or c.hidden_size // heads,
             vocab=c.vocab_size,
+            sliding_window=None if getattr(c, "use_sliding_window", True) is False else getattr(c, "sliding_window", None),
         )
 
     def site(self, component: str, layer: int, head: int | None) -> Site:

@@ -8,6 +8,7 @@ from causalab_core.ir.nodes import (
     ModelRef,
     Plan,
     Point,
+    PositionChoice,
     PositionRecord,
     Read,
     Run,
@@ -18,5 +19,5 @@ from causalab_core.ir.nodes import (
 
 __all__ = [
     "FeaturizerRef", "Fit", "MetricPlan", "ModelRef", "Plan", "PlanError", "Point",
-    "PositionRecord", "Read", "Run", "Scoring", "Site", "Write",
+    "PositionChoice", "PositionRecord", "Read", "Run", "Scoring", "Site", "Write",
 ]

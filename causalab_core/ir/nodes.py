@@ -42,6 +42,8 @@ class ModelRef:
     heads: int
     head_dim: int
     vocab: int
+    sliding_window: int | None = None
+    """Tokens a position attends back over in sliding-window attention (None: all of them)."""
 
 
 @dataclass(frozen=True)
@@ -193,6 +195,15 @@ class Point:
 
 
 @dataclass(frozen=True)
+class PositionChoice:
+    """Whether engines run this plan with position-level reuse, as the planner picked it
+    (``causalab_core.compiler.reuse``; an engine's ``positions`` option overrides it), and why."""
+
+    use: bool = False
+    why: str = ""
+
+
+@dataclass(frozen=True)
 class Plan:
     """Everything an engine needs, and everything the client needs to fill results in."""
 
@@ -210,6 +221,7 @@ class Plan:
     """The position resolvers that resolved this plan's positions (for provenance)."""
     data: dict[str, Any] = field(default_factory=dict)
     """Rows a causal model generated: the model, its provider, the spec, the rows' sha256 (run.json's ``data``)."""
+    position_reuse: PositionChoice = field(default_factory=PositionChoice)
 
     def steps(self) -> list[Fit | Run]:
         return [step for point in self.points for step in point.steps]

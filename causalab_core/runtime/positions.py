@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from causalab_core.errors import EngineError
 from causalab_core.runtime.batches import Batch
 
 
@@ -95,3 +96,31 @@ class CleanCaches:
 
 
 UNSUPPORTED = "position reuse needs a per-block key/value cache from the model ({model}); run without positions"
+
+
+def refusal(model, prompts: dict) -> str | None:
+    """Why position reuse would not compute what the plain path does for this plan, or None.
+
+    Sliding-window attention over a cache cut at ``p`` masks otherwise than over the full sequence
+    (measured: off by whole logits on a Mistral with a 4-token window), so it is refused wherever a prompt
+    is longer than the window; where none is, the window never takes effect and the mode agrees."""
+    longest = max((len(row) for rows in prompts.values() for row in rows), default=0)
+    window = model.sliding_window
+    if window is not None and longest >= window:
+        return (f"position reuse is not exact with sliding-window attention ({model.architecture}: window "
+                f"{window}, prompts of up to {longest} tokens)")
+    return None
+
+
+def decide(options, plan) -> dict:
+    """Whether an engine with ``options`` (``contracts.ReuseOptions``) runs ``plan`` with position reuse:
+    ``{"used": bool, "by": "option" | "planner", "why": str}`` (run.json's ``position_reuse``). Refused,
+    before any work, where the mode would not compute what the plain path does."""
+    refused = options.positions and refusal(plan.model, plan.prompts)
+    if refused:
+        raise EngineError(f"--option positions=true: {refused}; run with positions=false")
+    if options.positions is not None:
+        return {"used": options.positions, "by": "option", "why": f"--option positions={str(options.positions).lower()}"}
+    if not options.optimize:
+        return {"used": False, "by": "option", "why": "--option optimize=false (the plain path)"}
+    return {"used": plan.position_reuse.use, "by": "planner", "why": plan.position_reuse.why}

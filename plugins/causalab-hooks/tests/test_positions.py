@@ -44,7 +44,7 @@ def count_block_tokens(engine, plan):
 
 def test_a_late_write_computes_fewer_positions(write_doc, tiny_llama):
     plan = api.plan(write_doc(sweep_document(str(tiny_llama), positions=[-1]), ragged_rows(10)))
-    prefix = count_block_tokens(HooksEngine(), plan)
+    prefix = count_block_tokens(HooksEngine(options=HooksOptions(positions=False)), plan)
     positions = count_block_tokens(HooksEngine(options=HooksOptions(positions=True)), plan)
     assert sum(positions) < sum(prefix)
     # The top block: the shared counterfactual forward and the clean base forward (every position), then

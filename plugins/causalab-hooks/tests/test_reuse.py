@@ -43,7 +43,7 @@ def test_optimized_outputs_are_byte_identical_to_the_plain_path(arch, site, requ
         spec["site"] = site
     path = write_doc(doc, ragged_rows(20))
     registry = build_registry(extra=(Plugin,))
-    api.run(path, out=tmp_path / "fast", engine="hooks", batch_size=7, registry=registry)
+    api.run(path, out=tmp_path / "fast", engine="hooks", batch_size=7, registry=registry, options={"positions": False})
     api.run(path, out=tmp_path / "plain", engine="hooks-plain", batch_size=7, registry=registry)
     diff = subprocess.run(["diff", "-r", "-x", "run.json", "-x", "manifest.json", tmp_path / "fast", tmp_path / "plain"], capture_output=True)
     assert diff.returncode == 0, diff.stdout
@@ -55,7 +55,7 @@ def count_block_calls(engine, plan):
 
 def test_the_sweep_does_less_block_work(write_doc, tiny_llama):
     plan = api.plan(write_doc(sweep_document(str(tiny_llama)), ragged_rows(10)))
-    fast = count_block_calls(HooksEngine(), plan)
+    fast = count_block_calls(HooksEngine(options=HooksOptions(positions=False)), plan)
     plain = count_block_calls(HooksEngine(options=HooksOptions(optimize=False)), plan)
     # Plain, per point with the swap at block L: the counterfactual up to block L, then the whole base run.
     assert plain == [16, 14, 12, 10]
@@ -77,7 +77,7 @@ def test_clean_outputs_are_freed_as_the_sweep_moves_on(write_doc, tiny_llama, mo
         kept_after.append(sorted({b for outputs in self.kept.values() for b in outputs}))
 
     monkeypatch.setattr(CleanPrefixes, "release", spy)
-    HooksEngine().execute(plan, batch_size=4)
+    HooksEngine(options=HooksOptions(positions=False)).execute(plan, batch_size=4)
     # Points run layer by layer (0..3, two positions each); a point at layer L starts from block L - 1, and the
     # clean forward runs when the first such point does.
     assert kept_after == [[], [], [0, 1, 2], [1, 2], [1, 2], [2], [2], []]

@@ -10,7 +10,7 @@ from causalab_core.plugins import registry
 from causalab_testing.conformance import ragged_rows
 from causalab_testing.work import block_work
 from causalab_testing.data import sweep_document
-from causalab_hooks.engine import HooksEngine
+from causalab_hooks.engine import HooksEngine, HooksOptions
 from causalab_nnterp.engine import NnterpEngine, NnterpOptions
 
 
@@ -36,9 +36,9 @@ def assert_equal(a: dict, b: dict) -> None:
 def test_reuse_is_byte_identical_to_hooks_and_to_the_plain_path(arch, request, write_doc):
     plan = api.plan(write_doc(several_sites(str(request.getfixturevalue(arch))), ragged_rows(20)))
     classes = api.featurizer_classes(plan, registry())
-    fast = NnterpEngine().execute(plan, featurizers=classes, batch_size=7)
+    fast = NnterpEngine(options=NnterpOptions(positions=False)).execute(plan, featurizers=classes, batch_size=7)
     plain = NnterpEngine(options=NnterpOptions(optimize=False)).execute(plan, featurizers=classes, batch_size=7)
-    hooks = HooksEngine().execute(plan, featurizers=classes, batch_size=7)
+    hooks = HooksEngine(options=HooksOptions(positions=False)).execute(plan, featurizers=classes, batch_size=7)
     assert_equal(fast, plain)
     assert_equal(fast, hooks)
 
@@ -54,7 +54,7 @@ def test_sites_by_module_path_skip_the_same_blocks(write_doc, tiny_gpt2):
     model = NnterpEngine().model(plan)
     with model.session():
         found = nnsight.save(run_plan(model, plan, 5, classes, site_tensor=by_module_path))
-    assert_equal(found, HooksEngine().execute(plan, featurizers=classes, batch_size=5))
+    assert_equal(found, HooksEngine(options=HooksOptions(positions=False)).execute(plan, featurizers=classes, batch_size=5))
 
 
 def count_block_calls(engine, plan):
@@ -66,5 +66,5 @@ def test_the_sweep_does_the_hooks_engines_block_work(write_doc, tiny_llama):
     plan = api.plan(write_doc(sweep_document(str(tiny_llama)), ragged_rows(10)))
     # As on hooks (plugins/causalab-hooks/tests/test_reuse.py): one counterfactual trace for all points, one
     # clean trace up to the highest block a point starts above, then each point from its block on.
-    assert count_block_calls(NnterpEngine(), plan) == [4, 6, 8, 9]
+    assert count_block_calls(NnterpEngine(options=NnterpOptions(positions=False)), plan) == [4, 6, 8, 9]
     assert count_block_calls(NnterpEngine(options=NnterpOptions(optimize=False)), plan) == [16, 14, 12, 10]

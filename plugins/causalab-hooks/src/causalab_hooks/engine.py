@@ -6,14 +6,13 @@ import contextlib
 from collections import defaultdict
 
 import torch
-from pydantic import BaseModel, ConfigDict
 
-from causalab_core.contracts import Engine, refuse_options
+from causalab_core.contracts import Engine, ReuseOptions, refuse_options
 from causalab_core.errors import EngineError, shorten
 from causalab_core.ir import Fit, Plan, Run
 from causalab_core.runtime import Batch, answer_scores, as_heads, batches, featurizers_for, fit_featurizer, gather, minibatch, scatter
 from causalab_core.runtime.positions import (
-    UNSUPPORTED, CleanCaches, first_written_position, keys_values, prefix_cache, tail_batch, tail_output,
+    UNSUPPORTED, CleanCaches, decide, first_written_position, keys_values, prefix_cache, tail_batch, tail_output,
 )
 from causalab_core.runtime.reuse import CleanPrefixes, first_written_layer, is_shared, shared_reads, split_shared
 from causalab_hooks.reuse import skipped_blocks
@@ -25,14 +24,8 @@ class _StopForward(Exception):
     """Raised after the last module a read-only run needs; nothing downstream is computed."""
 
 
-class HooksOptions(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    optimize: bool = True
-    """Share read-only forwards across points and reuse clean prefixes (results are bit-identical)."""
-    positions: bool = False
-    """Position-level reuse: a writing run recomputes only positions >= its first written one, the clean run's
-    keys and values serving the rest (``causalab_core.runtime.positions``). Byte-identical to the nnterp
-    engine in the same mode; within 1e-5 of the plain path, not bitwise."""
+class HooksOptions(ReuseOptions):
+    """Shared reads, clean prefixes and position reuse, as the nnterp and ndif engines do them."""
 
 
 class HooksEngine(Engine):
@@ -69,8 +62,11 @@ class HooksEngine(Engine):
 
     def execute(self, plan, *, featurizers=None, remote=False, batch_size=None, progress=None):
         refuse_options(self, remote=remote, batch_size=batch_size)
-        return Execution(self.load(plan), plan, featurizers or {}, batch_size, self.options.optimize,
-                         self.options.positions).run(progress)
+        reuse = decide(self.options, plan)
+        results = Execution(self.load(plan), plan, featurizers or {}, batch_size, self.options.optimize,
+                            reuse["used"]).run(progress)
+        self.details["position_reuse"] = reuse
+        return results
 
 
 class Execution:

@@ -9,9 +9,9 @@ import sys
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from causalab_core.contracts import remote_host
+from causalab_core.contracts import ReuseOptions, remote_host
 from causalab_core.errors import EngineError
 from causalab_nnterp import NnterpEngine
 
@@ -21,8 +21,9 @@ from causalab_ndif.remote_errors import bounded, local_error
 from causalab_ndif.server import resolved_host, served_models, server_env
 
 
-class NdifOptions(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class NdifOptions(ReuseOptions):
+    """The nnterp engine's reuse options (the server does the same work a local run does), and the server's."""
+
     allow_skew: bool = False
     """Run even where the server's packages or causalab sources differ from this client's (recorded in run.json)."""
     require_dtype: bool = False
@@ -49,22 +50,23 @@ class NdifEngine(NnterpEngine):
         return ServedTransformer(plan.model.source, key=plan.model.key, revision=plan.model.revision,
                                  dtype=plan.model.dtype)
 
-    def run(self, plan, remote, batch_size, classes):
+    def run(self, plan, remote, batch_size, classes, positions):
         """Check the server, send the session, and keep what it said about itself in ``details``."""
         host = remote_host(remote) or resolved_host()
         packages = server_env(host).get("packages", {})
+        reuse = {"optimize": self.options.optimize, "positions": positions}
         shipped = self.options.code == "shipped" or (
             self.options.code == "auto" and installed_version(packages, "causalab-core") is None)
         if shipped:
             wanted = shipping.server_requirements()
             model = shipping.PlainModel(plan.model.source, key=plan.model.key, revision=plan.model.revision,
                                         dtype=plan.model.dtype)
-            session = functools.partial(shipping.run_shipped, model, plan, batch_size, classes, host)
+            session = functools.partial(shipping.run_shipped, model, plan, batch_size, classes, host, **reuse)
         else:
             client, wanted = self._installed_requirements(classes)
             model = self.model(plan)
             session = functools.partial(run_remote, model, plan, batch_size, classes, host, client,
-                                        self.options.allow_skew)
+                                        self.options.allow_skew, **reuse)
         skew = preflight.check(host, wanted, packages, self.options.allow_skew)
         shown = f"{plan.model.key}@{plan.model.revision}" if plan.model.revision else plan.model.key
         deployments = served_models(host)
@@ -147,7 +149,7 @@ def dtype_name(dtype: str | None) -> str | None:
     return None if dtype is None else str(dtype).removeprefix("torch.")
 
 
-def run_remote(model, plan, batch_size, classes, host, client, allow_skew):
+def run_remote(model, plan, batch_size, classes, host, client, allow_skew, *, optimize=True, positions=False):
     """The remote session. It loads only its arguments and modules every causalab server installs."""
     import nnsight
 
@@ -163,5 +165,5 @@ def run_remote(model, plan, batch_size, classes, host, client, allow_skew):
                 raise EngineError("the server's causalab sources differ from the client's: " + "; ".join(
                     f"{name} (client {mine}, server {theirs})" for name, (mine, theirs) in sorted(skew.items())))
             served = nnsight.save({"served_dtype": str(model.lm_head.weight.dtype), "causalab": installed, "skew": skew})
-            results = nnsight.save(run_plan(model, plan, batch_size, classes))
+            results = nnsight.save(run_plan(model, plan, batch_size, classes, optimize=optimize, positions=positions))
     return results, served, shipment

@@ -17,6 +17,11 @@ from causalab_ndif.environment import installed_version
 from causalab_core.errors import EngineError, PlanError
 
 
+# What a shipped block needs the server to have, at this client's versions: it
+# runs on them directly (nnterp, and every causalab distribution, are not needed).
+SERVER_PACKAGES = ("torch", "transformers", "nnsight", "pydantic")
+
+
 def public(version: str | None) -> str | None:
     """A version without its local label: ``2.13.0`` for ``2.13.0+cpu``. A CPU client and a CUDA server
     run the same release of torch; the build they run it on is not a version difference."""
@@ -37,8 +42,6 @@ def describe_skew(skew: dict[str, tuple[Any, Any]], host: str) -> str:
     parts = [f"{name} (client {mine or 'not installed'}, server {theirs or 'not installed'})"
              for name, (mine, theirs) in sorted(skew.items())]
     # Nothing the shipped code runs on differs: shipping this client's code with the request would do.
-    from causalab_ndif.shipping import SERVER_PACKAGES
-
     ship = ", or --option code=shipped to send this client's causalab code with the request" if not (
         set(skew) & set(SERVER_PACKAGES)) else ""
     return (f"the NDIF server at {host} does not have what this client would run there: {'; '.join(parts)}. "

@@ -24,10 +24,9 @@ from pathlib import Path
 
 from nnsight.modeling.transformers import TransformersModel
 
+from causalab_ndif.preflight import SERVER_PACKAGES, public
+
 TASK = "text-generation"
-# What a shipped block needs the server to have, at this client's versions: it
-# runs on them directly (nnterp, and every causalab distribution, are not needed).
-SERVER_PACKAGES = ("torch", "transformers", "nnsight", "pydantic")
 # The packages whose code a block uses besides the featurizers' own.
 BLOCK_PACKAGES = ("causalab_core", "causalab_nnterp")
 
@@ -55,8 +54,6 @@ class PlainModel(TransformersModel):
 def server_requirements() -> dict[str, str | None]:
     """``{package: version}`` a server needs for a shipped block: :data:`SERVER_PACKAGES` at this client's versions."""
     from causalab_core.provenance import watched_versions
-
-    from causalab_ndif.preflight import public
 
     return {name: public(version) for name, version in watched_versions().items() if name in SERVER_PACKAGES}
 
@@ -142,7 +139,7 @@ def measured(packages: tuple[str, ...] = ()):
         by_value |= theirs
 
 
-def run_shipped(model, plan, batch_size, classes, remote):
+def run_shipped(model, plan, batch_size, classes, remote, *, optimize=True, positions=False):
     """The session with causalab's code shipped by value. It loads only its arguments, torch and nnsight."""
     import nnsight
 
@@ -151,5 +148,6 @@ def run_shipped(model, plan, batch_size, classes, remote):
     with measured(shipped_packages(classes)) as shipment:
         with model.session(remote=remote):
             served = nnsight.save({"served_dtype": str(model.lm_head.weight.dtype)})
-            results = nnsight.save(run_plan(model, plan, batch_size, classes, site_tensor=by_module_path))
+            results = nnsight.save(run_plan(model, plan, batch_size, classes, site_tensor=by_module_path,
+                                            optimize=optimize, positions=positions))
     return results, served, shipment

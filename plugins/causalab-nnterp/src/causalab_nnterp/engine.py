@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
 
-from causalab_core.contracts import Engine, refuse_options
+from causalab_core.contracts import Engine, ReuseOptions, refuse_options
 from causalab_core.errors import EngineError, shorten
+from causalab_core.runtime.positions import decide
 
 DTYPES = ("float32", "float16", "bfloat16")
 
@@ -38,14 +38,8 @@ def load_model(plan, device_map=None):
     return model
 
 
-class NnterpOptions(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    optimize: bool = True
-    """Share read-only traces across points and start each point at its lowest block (results are bit-identical)."""
-    positions: bool = False
-    """Position-level reuse: a writing run recomputes only positions >= its first written one, the clean run's
-    keys and values serving the rest (``causalab_core.runtime.positions``). Byte-identical to the hooks
-    engine in the same mode; within 1e-5 of the plain path, not bitwise."""
+class NnterpOptions(ReuseOptions):
+    """Shared reads, clean prefixes and position reuse inside the session, as the hooks engine does them."""
 
 
 class NnterpEngine(Engine):
@@ -67,17 +61,18 @@ class NnterpEngine(Engine):
 
     def execute(self, plan, *, featurizers=None, remote=False, batch_size=None, progress=None):
         refuse_options(self, remote=remote, batch_size=batch_size)
-        results = self.run(plan, remote, batch_size, featurizers or {})
+        reuse = decide(self.options, plan)
+        results = self.run(plan, remote, batch_size, featurizers or {}, reuse["used"])
+        self.details["position_reuse"] = reuse
         if progress:
             for step in plan.steps():
                 progress(step.path)
         return results
 
-    def run(self, plan, remote, batch_size, classes):
+    def run(self, plan, remote, batch_size, classes, positions):
         """The plan's one session (the step a remote engine replaces)."""
         model = self.model(plan)
-        results = run_session(model, plan, remote, batch_size, classes, self.options.optimize,
-                              self.options.positions)
+        results = run_session(model, plan, remote, batch_size, classes, self.options.optimize, positions)
         self.record_loaded(model._module)  # after the session: the weights it ran on, not the ones asked for
         return results
 
