@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from causalab_core.compiler import compile_document
 from causalab_core.contracts import HERE, Remote
 from causalab_core.document import LoadedDocument, load_document
-from causalab_core.errors import EngineError, OutputError, shorten
+from causalab_core.errors import EngineError, OutputError, echo, shorten
 from causalab_core.ir import Plan
 from causalab_core.plugins import Registry, registry as default_registry
 from causalab_core.provenance import run_record
@@ -64,9 +64,12 @@ def engine_options(cls: type, options: dict[str, Any] | None) -> Any:
         return cls.Options.model_validate(options or {})
     except ValidationError as exc:
         error = exc.errors()[0]
-        key = ".".join(str(part) for part in error["loc"])
+        key = str(error["loc"][0]) if error["loc"] else "?"
         known = ", ".join(cls.Options.model_fields) or "none"
-        what = "unknown option" if error["type"] == "extra_forbidden" else error["msg"]
+        # A union (e.g. true, false or "auto") fails once per member: say each, and what was given.
+        msgs = dict.fromkeys(e["msg"] for e in exc.errors() if e["loc"][:1] == error["loc"][:1])
+        what = "unknown option" if error["type"] == "extra_forbidden" else (
+            f"got {echo(error.get('input'))}: " + ", or ".join(msgs))
         raise EngineError(f"--option {key}: {what} for engine {cls.name!r} (its options: {known})") from None
 
 

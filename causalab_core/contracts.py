@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -54,11 +54,13 @@ class ReuseOptions(BaseModel):
     optimize: bool = True
     """Share read-only forwards across points and start each point at its lowest block (bit-identical).
     False: the plain path, one full forward per step per batch (and no position reuse unless asked)."""
-    positions: bool | None = None
+    positions: bool | Literal["auto"] = "auto"
     """Position-level reuse: a writing run recomputes only positions >= its first written one, the clean
     run's keys and values serving the rest (``causalab_core.runtime.positions``); byte-identical between
-    engines, within 1e-5 of the plain path, not bitwise. Unset: the planner's pick (``causalab plan`` shows
-    it, run.json's ``position_reuse`` records it; ``causalab_core.runtime.positions.decide``)."""
+    engines, within 1e-5 of the plain path's logits, not bitwise. ``auto``: the planner's pick, off with
+    ``optimize=false`` (``causalab plan`` shows it, run.json's ``position_reuse`` records what ran;
+    ``causalab_core.runtime.positions.decide``). ``true`` with ``optimize=false``: position reuse without
+    shared reads."""
 
 
 

@@ -61,7 +61,7 @@ def test_hooks_interchange_matches_pyvene_bit_for_bit(arch, component, layer, po
     token_ids = torch.tensor(plan.points[0].steps[-1].scoring.token_ids)
     assert torch.equal(plain["answer_logits"], reference.gather(1, token_ids))
     assert torch.equal(plain["logsumexp"], reference.logsumexp(-1))
-    assert plan.position_reuse.use
+    assert plan.position_reuse
     torch.testing.assert_close(picked["answer_logits"], reference.gather(1, token_ids), atol=1e-5, rtol=0)
 
 

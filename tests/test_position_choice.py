@@ -66,7 +66,7 @@ def test_on_every_family_the_mode_agrees_with_the_plain_path_on_every_site(famil
         if (family, site) in MISSING:
             continue
         plan = api.plan(write_doc(family_document(key, site), ragged_rows(6), name=f"{site}.json"))
-        assert plan.position_reuse.use, plan.position_reuse.why  # the planner picks it: so it must hold
+        assert plan.position_reuse, plan.position_reuse_why  # the planner picks it: so it must hold
         fast = HooksEngine(options=HooksOptions(positions=True)).execute(plan, batch_size=4)
         plain = HooksEngine(options=HooksOptions(positions=False)).execute(plan, batch_size=4)
         assert max_diff(fast, plain) <= 1e-5, (family, site)
@@ -75,9 +75,9 @@ def test_on_every_family_the_mode_agrees_with_the_plain_path_on_every_site(famil
 @pytest.mark.parametrize("family", ["mistral", "gemma2"])
 def test_a_sliding_window_shorter_than_the_prompts_keeps_the_plain_path_and_refuses_the_mode(family, write_doc):
     plan = api.plan(write_doc(family_document(checkpoint(family, None, None), "block_input"), ragged_rows(6)))
-    assert not plan.position_reuse.use
-    assert "sliding-window attention" in plan.position_reuse.why
-    with pytest.raises(EngineError, match=r"--option positions=true: .*window 4, prompts of up to \d+ tokens"):
+    assert not plan.position_reuse
+    assert "sliding-window attention" in plan.position_reuse_why
+    with pytest.raises(EngineError, match=r"positions=true: .*window 4, prompts of up to \d+ tokens"):
         HooksEngine(options=HooksOptions(positions=True)).execute(plan)
 
 
@@ -88,7 +88,7 @@ def test_the_checked_list_is_the_families_tested_here():
 def test_the_planner_picks_it_for_late_writes_and_the_run_says_so(write_doc, tiny_llama, tmp_path):
     doc = write_doc(sweep_document(str(tiny_llama), layers=[0, 3], positions=[-4, -1]), ragged_rows(12))
     plan = api.plan(doc)
-    assert plan.position_reuse.use, plan.position_reuse.why
+    assert plan.position_reuse, plan.position_reuse_why
 
     shown = CliRunner().invoke(app, ["plan", str(doc)])
     assert shown.exit_code == 0, shown.output
@@ -98,7 +98,7 @@ def test_the_planner_picks_it_for_late_writes_and_the_run_says_so(write_doc, tin
     off = api.run(doc, out=tmp_path / "off", options={"positions": False})
     assert picked.run["position_reuse"]["used"] is True
     assert picked.run["position_reuse"]["by"] == "planner"
-    assert off.run["position_reuse"] == {"used": False, "by": "option", "why": "--option positions=false"}
+    assert off.run["position_reuse"] == {"used": False, "by": "option", "why": "positions=false"}
     for a, b in zip(picked.metrics, off.metrics):
         assert a.point.name == b.point.name and a.name == b.name
         for x, y in zip(a.content["values"], b.content["values"]):
@@ -109,8 +109,8 @@ def test_the_planner_picks_it_for_late_writes_and_the_run_says_so(write_doc, tin
 
 def test_early_writes_keep_the_plain_path(write_doc, tiny_llama):
     plan = api.plan(write_doc(sweep_document(str(tiny_llama), layers=[0, 3], positions=[0, 1]), ragged_rows(12)))
-    assert not plan.position_reuse.use
-    assert "would save" in plan.position_reuse.why
+    assert not plan.position_reuse
+    assert "would save" in plan.position_reuse_why
 
 
 def test_a_run_kept_in_chunks_decides_as_the_whole_run(write_doc, tiny_llama, tmp_path):
@@ -135,3 +135,30 @@ def test_the_engines_run_the_pick_byte_identically(write_doc, tiny_llama):
     for path in a:
         for name in a[path]:
             assert torch.equal(a[path][name], b[path][name]), (path, name)
+
+
+def test_half_precision_keeps_the_plain_path(write_doc, tiny_llama):
+    doc = sweep_document(str(tiny_llama), positions=[-4, -1])
+    doc["model"]["dtype"] = "bfloat16"
+    plan = api.plan(write_doc(doc, ragged_rows(6)))
+    assert not plan.position_reuse and "checked in float32" in plan.position_reuse_why
+
+
+def test_local_attention_is_a_window_too():
+    """GPT-Neo names its local layers' window otherwise than a sliding window: positions=true is refused there."""
+    from transformers import GPTNeoConfig
+
+    from causalab_core.compiler.shell import attention_window
+
+    assert attention_window(GPTNeoConfig(window_size=16, attention_types=[[["global", "local"], 12]])) == 16
+    assert attention_window(GPTNeoConfig(attention_types=[[["global"], 24]])) is None
+
+
+def test_positions_auto_is_the_planners_pick_and_a_wrong_value_is_one_line(sweep_doc, tmp_path):
+    result = CliRunner().invoke(app, ["run", str(sweep_doc), "--out", str(tmp_path / "o"), "--option", "positions=maybe"])
+    assert result.exit_code != 0 and not (tmp_path / "o").exists()
+    assert "--option positions" in result.output and "hooks" in result.output
+    plan = api.plan(sweep_doc)
+    engine = HooksEngine(options=HooksOptions(positions="auto"))
+    engine.execute(plan)
+    assert engine.details["position_reuse"]["by"] == "planner"

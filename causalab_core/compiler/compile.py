@@ -330,7 +330,7 @@ class Compiler:
             document=self.doc.model_dump(mode="json"),
             resolvers=tuple(sorted(self.used_resolvers)),
             data=self.loaded.generated or {},
-            position_reuse=choose_position_reuse(self.ref, prompts, built),
+            **choose_position_reuse(self.ref, prompts, built),
         )
 
 

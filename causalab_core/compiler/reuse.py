@@ -20,7 +20,7 @@ option overrides the pick; ``run.json`` records what ran and why.
 
 from __future__ import annotations
 
-from causalab_core.ir import ModelRef, Point, PositionChoice
+from causalab_core.ir import ModelRef, Point
 from causalab_core.runtime.positions import refusal
 from causalab_core.runtime.reuse import first_written_layer
 
@@ -36,7 +36,8 @@ CHECKED = frozenset({
 
 
 def saved_share(model: ModelRef, prompts: dict[str, tuple], points: tuple[Point, ...]) -> float:
-    """The share of the writing runs' block x position work position reuse saves (all rows in one batch)."""
+    """The share of the writing runs' block x position work position reuse saves, all rows in one batch
+    (engines cut each batch at its own first position, so smaller batches save as much or more)."""
     saved = total = 0
     for point in points:
         for step in point.steps:
@@ -51,15 +52,22 @@ def saved_share(model: ModelRef, prompts: dict[str, tuple], points: tuple[Point,
     return saved / total if total else 0.0
 
 
-def choose(model: ModelRef, prompts: dict[str, tuple], points: tuple[Point, ...]) -> PositionChoice:
-    """On where it pays (see the module's docstring), with the reason either way, in words."""
+def choose(model: ModelRef, prompts: dict[str, tuple], points: tuple[Point, ...]) -> dict:
+    """The plan's ``position_reuse`` (on where it pays, see the module's docstring) and
+    ``position_reuse_why`` (the reason either way, in words)."""
     share = saved_share(model, prompts, points)
+    if model.dtype != "float32":
+        return picked(False, f"{model.dtype}: the mode's agreement with the plain path is checked in float32")
     if model.architecture not in CHECKED:
-        return PositionChoice(False, f"{model.architecture} is not among the families position reuse is checked on")
+        return picked(False, f"{model.architecture} is not among the families position reuse is checked on")
     refused = refusal(model, prompts)
     if refused:
-        return PositionChoice(False, refused)
+        return picked(False, refused)
     if share < MIN_SAVED:
-        return PositionChoice(False, f"it would save {share:.0%} of the writing runs' block positions "
+        return picked(False, f"it would save {share:.0%} of the writing runs' block positions "
                                      f"(< {MIN_SAVED:.0%})")
-    return PositionChoice(True, f"it saves {share:.0%} of the writing runs' block positions")
+    return picked(True, f"it saves {share:.0%} of the writing runs' block positions")
+
+
+def picked(use: bool, why: str) -> dict:
+    return {"position_reuse": use, "position_reuse_why": why}

@@ -69,7 +69,7 @@ class Shell:
             width=c.hidden_size, heads=heads,
             head_dim=getattr(c, "head_dim", None) or c.hidden_size // heads,
             vocab=c.vocab_size,
-            sliding_window=None if getattr(c, "use_sliding_window", True) is False else getattr(c, "sliding_window", None),
+            sliding_window=attention_window(c),
         )
 
     def site(self, component: str, layer: int, head: int | None) -> Site:
@@ -140,3 +140,13 @@ def load_shell(source: Path) -> Shell:
     if not layers:
         raise PlanError(f"{source}: cannot find the list of {config.num_hidden_layers} blocks in {type(module).__name__}")
     return Shell(source, config, tokenizer, module, layers[0])
+
+
+def attention_window(config) -> int | None:
+    """The tokens a position attends back over where some layer's attention is local (sliding window,
+    GPT-Neo's ``local`` layers), else None."""
+    if getattr(config, "use_sliding_window", True) is False:  # Qwen 2 keeps the size with the switch off
+        return None
+    if "local" in (getattr(config, "attention_layers", None) or ()):
+        return config.window_size
+    return getattr(config, "sliding_window", None)

@@ -8,7 +8,6 @@ from causalab_core.ir.nodes import (
     ModelRef,
     Plan,
     Point,
-    PositionChoice,
     PositionRecord,
     Read,
     Run,
@@ -19,5 +18,5 @@ from causalab_core.ir.nodes import (
 
 __all__ = [
     "FeaturizerRef", "Fit", "MetricPlan", "ModelRef", "Plan", "PlanError", "Point",
-    "PositionChoice", "PositionRecord", "Read", "Run", "Scoring", "Site", "Write",
+    "PositionRecord", "Read", "Run", "Scoring", "Site", "Write",
 ]

@@ -195,15 +195,6 @@ class Point:
 
 
 @dataclass(frozen=True)
-class PositionChoice:
-    """Whether engines run this plan with position-level reuse, as the planner picked it
-    (``causalab_core.compiler.reuse``; an engine's ``positions`` option overrides it), and why."""
-
-    use: bool = False
-    why: str = ""
-
-
-@dataclass(frozen=True)
 class Plan:
     """Everything an engine needs, and everything the client needs to fill results in."""
 
@@ -221,7 +212,11 @@ class Plan:
     """The position resolvers that resolved this plan's positions (for provenance)."""
     data: dict[str, Any] = field(default_factory=dict)
     """Rows a causal model generated: the model, its provider, the spec, the rows' sha256 (run.json's ``data``)."""
-    position_reuse: PositionChoice = field(default_factory=PositionChoice)
+    position_reuse: bool = False
+    """Whether engines run this plan with position-level reuse, as the planner picked it
+    (``causalab_core.compiler.reuse``; an engine's ``positions`` option overrides it)."""
+    position_reuse_why: str = "not planned"
+    """The planner's reason, in words (``causalab plan``, run.json's ``position_reuse``)."""
 
     def steps(self) -> list[Fit | Run]:
         return [step for point in self.points for step in point.steps]

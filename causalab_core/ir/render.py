@@ -27,7 +27,7 @@ def render(plan: Plan) -> str:
         f"       {m.architecture}: {m.layers} layers, width {m.width}, {m.heads} heads of {m.head_dim}, vocab {m.vocab}",
         f"rows   {plan.rows}; inputs {', '.join(f'{k} ({max(len(p) for p in v)} tokens max)' for k, v in plan.prompts.items())}",
         f"points {len(plan.points)}; steps {len(plan.steps())}" + (f"; requires {', '.join(plan.requires)}" if plan.requires else ""),
-        f"reuse  positions {'on' if plan.position_reuse.use else 'off'}: {plan.position_reuse.why}",
+        f"reuse  positions {'on' if plan.position_reuse else 'off'}: {plan.position_reuse_why}",
     ]
     for point in plan.points:
         lines.append("")

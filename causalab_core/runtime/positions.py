@@ -95,7 +95,8 @@ class CleanCaches:
             del self.kept[key]
 
 
-UNSUPPORTED = "position reuse needs a per-block key/value cache from the model ({model}); run without positions"
+UNSUPPORTED = ("position reuse needs a per-block key/value cache from the model ({model}); "
+               "run with --option positions=false")
 
 
 def refusal(model, prompts: dict) -> str | None:
@@ -106,7 +107,7 @@ def refusal(model, prompts: dict) -> str | None:
     is longer than the window; where none is, the window never takes effect and the mode agrees."""
     longest = max((len(row) for rows in prompts.values() for row in rows), default=0)
     window = model.sliding_window
-    if window is not None and longest >= window:
+    if window is not None and longest > window:
         return (f"position reuse is not exact with sliding-window attention ({model.architecture}: window "
                 f"{window}, prompts of up to {longest} tokens)")
     return None
@@ -116,11 +117,11 @@ def decide(options, plan) -> dict:
     """Whether an engine with ``options`` (``contracts.ReuseOptions``) runs ``plan`` with position reuse:
     ``{"used": bool, "by": "option" | "planner", "why": str}`` (run.json's ``position_reuse``). Refused,
     before any work, where the mode would not compute what the plain path does."""
-    refused = options.positions and refusal(plan.model, plan.prompts)
+    refused = options.positions is True and refusal(plan.model, plan.prompts)
     if refused:
-        raise EngineError(f"--option positions=true: {refused}; run with positions=false")
-    if options.positions is not None:
-        return {"used": options.positions, "by": "option", "why": f"--option positions={str(options.positions).lower()}"}
+        raise EngineError(f"positions=true: {refused}; run with positions=false")
+    if options.positions != "auto":
+        return {"used": options.positions, "by": "option", "why": f"positions={str(options.positions).lower()}"}
     if not options.optimize:
-        return {"used": False, "by": "option", "why": "--option optimize=false (the plain path)"}
-    return {"used": plan.position_reuse.use, "by": "planner", "why": plan.position_reuse.why}
+        return {"used": False, "by": "option", "why": "optimize=false (the plain path)"}
+    return {"used": plan.position_reuse, "by": "planner", "why": plan.position_reuse_why}
