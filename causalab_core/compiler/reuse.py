@@ -21,7 +21,7 @@ option overrides the pick; ``run.json`` records what ran and why.
 from __future__ import annotations
 
 from causalab_core.ir import ModelRef, Point
-from causalab_core.runtime.positions import refusal
+from causalab_core.runtime.positions import first_position, refusal
 from causalab_core.runtime.reuse import first_written_layer
 
 # The share of the writing runs' block x position work the mode must save.
@@ -45,8 +45,7 @@ def saved_share(model: ModelRef, prompts: dict[str, tuple], points: tuple[Point,
                 continue
             rows = prompts[step.input]
             width = max(len(r) for r in rows)
-            first = min((pos + width - len(rows[row]) for op in (*step.reads, *step.writes)
-                         for row, windows in enumerate(op.windows) for pos in windows), default=0)
+            first = first_position(step, range(len(rows)), [width - len(r) for r in rows])
             blocks = model.layers - first_written_layer(step)
             saved, total = saved + blocks * first, total + blocks * width
     return saved / total if total else 0.0

@@ -27,12 +27,16 @@ from causalab_core.errors import EngineError
 from causalab_core.runtime.batches import Batch
 
 
+def first_position(step, rows, offsets) -> int:
+    """The smallest padded position ``step`` writes or reads in ``rows`` (``offsets``: each one's left
+    padding); 0 when it touches none. What an engine cuts a batch at, and what the planner estimates."""
+    return min((pos + offset for op in (*step.reads, *step.writes) for row, offset in zip(rows, offsets)
+                for pos in op.windows[row]), default=0)
+
+
 def first_written_position(step, batch: Batch) -> int:
-    """The smallest padded position any of the batch's rows writes or reads in ``step`` (0: nothing to cut)."""
-    found = [pos + batch.offsets[row - batch.start]
-             for op in (*step.reads, *step.writes) for row in range(batch.start, batch.stop)
-             for pos in op.windows[row]]
-    return min(found, default=0)
+    """The batch's first position for ``step`` (0: nothing to cut)."""
+    return first_position(step, range(batch.start, batch.stop), batch.offsets)
 
 
 def tail_batch(batch: Batch, start: int) -> Batch:
