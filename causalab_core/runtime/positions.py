@@ -76,6 +76,27 @@ def tail_output(output, start: int):
     return output[:, start:].clone()
 
 
+class EagerAttention:
+    """Inside it, the model's attention is plain matmuls (transformers' ``eager``), for a shortened forward.
+
+    torch's CPU SDPA kernel sums queries against a longer key sequence (a cache) in an order that follows
+    the thread count: 1.9e-6 between 1 and 2 threads on the toy weekdays sweep, so an NDIF model actor,
+    which runs its own threads, would not give this machine's bytes. Eager attention is thread-invariant
+    there, as SDPA is on the plain path's forwards (queries = keys). Restored on the way out: the model
+    may be a server's, shared with other jobs."""
+
+    def __init__(self, config, when: bool = True):
+        self.config, self.when = config, when
+
+    def __enter__(self):
+        self.before = self.config._attn_implementation
+        if self.when:
+            self.config._attn_implementation = "eager"
+
+    def __exit__(self, *exc):
+        self.config._attn_implementation = self.before
+
+
 class CleanCaches:
     """The clean run's keys and values per (input, batch start), kept until the last point writing that input."""
 

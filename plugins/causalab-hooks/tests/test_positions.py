@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -52,3 +54,31 @@ def test_a_late_write_computes_fewer_positions(write_doc, tiny_llama):
     width = {name: max(len(p) for p in prompts) for name, prompts in plan.prompts.items()}
     assert positions[-1] == width["counterfactual"] + width["base"] + len(plan.points)
     assert prefix[-1] == width["counterfactual"] + width["base"] * len(plan.points)
+
+
+def test_position_reuse_is_as_thread_invariant_as_the_plain_path():
+    """Where the plain path gives the same bytes at 1 and 2 threads (the toy weekdays sweep here; not every
+    shape: torch's masked SDPA kernel follows the thread count on some), position reuse does too: what lets
+    a server's model actor, with its own threads, give this machine's bytes (EagerAttention; before it,
+    1.9e-6 apart)."""
+    from causalab_toy.models import install
+
+    doc = Path(__file__).resolve().parents[3] / "documents/real/weekdays_layer_sweep.json"
+    install("weekdays")
+    plan = api.plan(doc)
+    threads = torch.get_num_threads()
+    found = {}
+    try:
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            for mode in (False, True):
+                found[count, mode] = HooksEngine(options=HooksOptions(positions=mode)).execute(plan)
+    finally:
+        torch.set_num_threads(threads)
+
+    def same(a, b):
+        return all(torch.equal(a[p][n], b[p][n]) for p in a for n in a[p])
+
+    assert not same(found[1, True], found[1, False])  # the two modes do differ in the last bits
+    if same(found[1, False], found[2, False]):
+        assert same(found[1, True], found[2, True])

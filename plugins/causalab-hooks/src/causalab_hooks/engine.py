@@ -12,7 +12,7 @@ from causalab_core.errors import EngineError, shorten
 from causalab_core.ir import Fit, Plan, Run
 from causalab_core.runtime import Batch, answer_scores, as_heads, batches, featurizers_for, fit_featurizer, gather, minibatch, scatter
 from causalab_core.runtime.positions import (
-    UNSUPPORTED, CleanCaches, decide, first_written_position, keys_values, prefix_cache, tail_batch, tail_output,
+    UNSUPPORTED, CleanCaches, EagerAttention, decide, first_written_position, keys_values, prefix_cache, tail_batch, tail_output,
 )
 from causalab_core.runtime.reuse import CleanPrefixes, first_written_layer, is_shared, shared_reads, split_shared
 from causalab_hooks.reuse import skipped_blocks
@@ -190,7 +190,7 @@ class Execution:
         tail = tail_batch(batch, start)
         handles = attach(self.model, step, tail, store, swaps, stop=True)
         try:
-            with skipped:
+            with skipped, EagerAttention(self.model.config):
                 return self.model(
                     input_ids=tail.input_ids, attention_mask=tail.attention_mask, position_ids=tail.position_ids,
                     past_key_values=prefix_cache(kv, start), use_cache=True, logits_to_keep=1,

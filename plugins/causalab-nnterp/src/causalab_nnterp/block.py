@@ -15,7 +15,7 @@ from causalab_core.runtime import (
     SITE_ORDER, answer_scores, as_heads, batches, featurizers_for, fit_featurizer, gather, minibatch, scatter,
 )
 from causalab_core.runtime.positions import (
-    UNSUPPORTED, CleanCaches, first_written_position, keys_values, prefix_cache, tail_batch, tail_output,
+    UNSUPPORTED, CleanCaches, EagerAttention, first_written_position, keys_values, prefix_cache, tail_batch, tail_output,
 )
 from causalab_core.runtime.reuse import CleanPrefixes, first_written_layer, is_shared, shared_reads, split_shared
 from causalab_nnterp.sites import by_nnterp_name
@@ -113,25 +113,27 @@ def run_step(model, prompts, step, store, batch_size, featurizers, labels=None, 
             cached = copied(prefixes.get(step.input, batch.start, skip - 1))
         else:
             extra = {"use_cache": False}
-        with model.trace(batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,
-                         logits_to_keep=1, **extra) as tracer:
-            if skip > 0:
-                for layer in range(skip):
-                    block_envoy(model, layers_path, layer, site_tensor).skip(cached)
-            for site, reads, writes in visit_order(step):
-                hidden = site_tensor(model, site)
-                for read in reads:
-                    store[read.name][span] = gather(as_heads(hidden, site), read.windows[span], batch.offsets)
-                for write in writes:
-                    scatter(as_heads(hidden, site), write.windows[span], batch.offsets,
-                            store[write.source][span], featurizers[write.name])
-            if stop:
-                tracer.stop()
-            if labels is not None:
-                logits = model.output.logits[:, -1, :].float()
-                torch.nn.functional.cross_entropy(logits, labels[span].to(logits.device)).backward()
-            elif step.scoring is not None:
-                scored.append(answer_scores(model.output.logits[:, -1, :], step.scoring.token_ids[span], step.scoring.views))
+        with EagerAttention(model.config, when=start > 0):
+            with model.trace(batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,
+                             logits_to_keep=1, **extra) as tracer:
+                if skip > 0:
+                    for layer in range(skip):
+                        block_envoy(model, layers_path, layer, site_tensor).skip(cached)
+                for site, reads, writes in visit_order(step):
+                    hidden = site_tensor(model, site)
+                    for read in reads:
+                        store[read.name][span] = gather(as_heads(hidden, site), read.windows[span], batch.offsets)
+                    for write in writes:
+                        scatter(as_heads(hidden, site), write.windows[span], batch.offsets,
+                                store[write.source][span], featurizers[write.name])
+                if stop:
+                    tracer.stop()
+                if labels is not None:
+                    logits = model.output.logits[:, -1, :].float()
+                    torch.nn.functional.cross_entropy(logits, labels[span].to(logits.device)).backward()
+                elif step.scoring is not None:
+                    scored.append(answer_scores(model.output.logits[:, -1, :], step.scoring.token_ids[span],
+                                                step.scoring.views))
     if not scored:
         return {}
     return {name: torch.cat([s[name] for s in scored]) for name in scored[0]}
