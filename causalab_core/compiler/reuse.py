@@ -6,9 +6,9 @@ of blocks ``L..``; without it, every position of those blocks. The mode does
 the same number of forwards as the plain path (one clean forward per input
 batch also keeps the keys and values), so it is faster exactly where the
 positions it saves are a real share of the plan's writing work: the planner
-turns it on there (measured in ``benchmarks/``: 0.76x of the plain path's
-time on the toy weekdays sweep, width 64; 0.7x on a width-256 Llama; a
-third on the GPT-2-sized heatmap). Elsewhere the plain path stays. It is
+turns it on there (``benchmarks/README.md``: 0.67x of prefix reuse's time
+on the toy weekdays sweep, width 64; 0.46x on a width-256 Llama; 0.71x on
+the GPT-2-sized heatmap). Elsewhere the plain path stays. It is
 also what a comparison with an outside reference asks for, since it is
 bitwise what a full forward computes and the mode agrees with it within
 1e-5, not bitwise: engine option ``positions=false``.
@@ -64,7 +64,7 @@ def choose(model: ModelRef, prompts: dict[str, tuple], points: tuple[Point, ...]
         return picked(False, refused)
     if share < MIN_SAVED:
         return picked(False, f"it would save {share:.0%} of the writing runs' block positions "
-                                     f"(< {MIN_SAVED:.0%})")
+                             f"(< {MIN_SAVED:.0%})")
     return picked(True, f"it saves {share:.0%} of the writing runs' block positions")
 
 

@@ -82,8 +82,8 @@ class EagerAttention:
     torch's CPU SDPA kernel sums queries against a longer key sequence (a cache) in an order that follows
     the thread count: 1.9e-6 between 1 and 2 threads on the toy weekdays sweep, so an NDIF model actor,
     which runs its own threads, would not give this machine's bytes. Eager attention is thread-invariant
-    there, as SDPA is on the plain path's forwards (queries = keys). Restored on the way out: the model
-    may be a server's, shared with other jobs."""
+    wherever the plain path's forwards are (plugins/causalab-hooks/tests/test_positions.py). Restored on
+    the way out: the model may be a server's, shared with other jobs."""
 
     def __init__(self, config, when: bool = True):
         self.config, self.when = config, when
