@@ -162,3 +162,34 @@ def test_positions_auto_is_the_planners_pick_and_a_wrong_value_is_one_line(sweep
     engine = HooksEngine(options=HooksOptions(positions="auto"))
     engine.execute(plan)
     assert engine.details["position_reuse"]["by"] == "planner"
+
+
+def test_large_kept_state_splits_the_rows_and_one_batch_is_kept_at_a_time(write_doc, tiny_llama, monkeypatch):
+    """Where the mode's clean keys and values outgrow what a sweep keeps anyway, the rows run in smaller batches,
+    every point on one batch before the next: the same numbers (within 1e-5 of the plain path, byte-identical
+    across engines), and never more than one batch's clean keys and values held."""
+    from causalab_core.runtime import positions
+    from causalab_nnterp.engine import NnterpEngine, NnterpOptions
+
+    doc = sweep_document(str(tiny_llama), layers=[0, 1, 2, 3], positions=list(range(-6, 0)))
+    plan = api.plan(write_doc(doc, ragged_rows(12)))
+    assert positions.rows_per_batch(plan, None) == 12  # a few KiB: not worth a forward more
+    monkeypatch.setattr(positions, "SPLIT_ABOVE", 0)
+    rows = positions.rows_per_batch(plan, None)
+    assert 1 <= rows < 12
+    assert positions.rows_per_batch(plan, 2) <= 2  # never above the batch size asked for
+
+    held = []
+    keep = positions.CleanCaches.keep
+    monkeypatch.setattr(positions.CleanCaches, "keep",
+                        lambda self, *a: (keep(self, *a), held.append(len(self.kept)))[0])
+    classes = api.featurizer_classes(plan, registry())
+    split = HooksEngine(options=HooksOptions(positions=True)).execute(plan, featurizers=classes)
+    assert len(held) == -(-12 // rows) and max(held) == 1  # a clean forward per batch, each freed before the next
+    remote_block = NnterpEngine(options=NnterpOptions(positions=True)).execute(plan, featurizers=classes)
+    plain = HooksEngine(options=HooksOptions(positions=False)).execute(plan, featurizers=classes)
+    assert max_diff(split, plain) <= 1e-5
+    for path in split:
+        for name in split[path]:
+            assert torch.equal(split[path][name], remote_block[path][name]), (path, name)
+    assert all(len(v) == 12 for scores in split.values() for v in scores.values())

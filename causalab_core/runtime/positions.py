@@ -25,6 +25,7 @@ import dataclasses
 
 from causalab_core.errors import EngineError
 from causalab_core.runtime.batches import Batch
+from causalab_core.runtime.reuse import first_written_layer
 
 
 def first_position(step, rows, offsets) -> int:
@@ -118,6 +119,38 @@ class CleanCaches:
         """After point ``index``: drop the caches of inputs no later point writes."""
         for key in [k for k in self.kept if self.last_use.get(k[0], -1) <= index]:
             del self.kept[key]
+
+
+# A batch whose kept state stays under this is never split: splitting costs a forward per point and batch,
+# for memory no machine misses (the toy and width-256 benchmark rows keep 4 and 12 MiB).
+SPLIT_ABOVE = 16 * 2**20
+
+
+def rows_per_batch(plan, batch_size: int | None) -> int:
+    """Rows per batch in position mode, where each batch runs every point before the next batch starts.
+
+    The mode keeps, for the batch in hand, the clean keys and values of every block, the clean block
+    outputs points start from and the points' reads. Batches are sized so that this, with one forward's
+    activations, stays within what any sweep must keep: every row's reads and one forward of the rows the
+    plain path batches together (the hand-written floor of ``benchmarks/`` keeps that much). Estimated in
+    float32 words per row from the plan's shapes (a forward's activations: 12 widths and the attention
+    scores per token); the same on every engine, so engines batch alike and agree byte for byte."""
+    rows = plan.rows
+    size = min(batch_size or rows, rows)
+    model = plan.model
+    tokens = max((len(r) for prompts in plan.prompts.values() for r in prompts), default=0)
+    reads = sum(len(window) * op.site.width for step in plan.steps() if step.kind == "run"
+                for op in step.reads for window in op.windows) / max(rows, 1)
+    written = {step.input for step in plan.steps() if step.kind == "run" and step.writes}
+    starts = {(step.input, first_written_layer(step)) for step in plan.steps()
+              if step.kind == "run" and step.writes and first_written_layer(step) > 0}
+    keys_values = len(written) * 2 * model.layers * model.heads * model.head_dim * tokens
+    outputs = len(starts) * tokens * model.width
+    forward = tokens * (12 * model.width + model.heads * tokens)
+    per_row = reads + keys_values + outputs + forward
+    if size * (per_row - forward) * 4 <= SPLIT_ABOVE:
+        return size
+    return max(1, min(size, int((rows * reads + size * forward) // per_row)))
 
 
 UNSUPPORTED = ("position reuse needs a per-block key/value cache from the model ({model}); "

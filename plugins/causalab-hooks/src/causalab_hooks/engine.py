@@ -12,7 +12,8 @@ from causalab_core.errors import EngineError, shorten
 from causalab_core.ir import Fit, Plan, Run
 from causalab_core.runtime import Batch, answer_scores, as_heads, batches, featurizers_for, fit_featurizer, gather, minibatch, scatter
 from causalab_core.runtime.positions import (
-    UNSUPPORTED, CleanCaches, EagerAttention, decide, first_written_position, keys_values, prefix_cache, tail_batch, tail_output,
+    UNSUPPORTED, CleanCaches, EagerAttention, decide, first_written_position, keys_values, prefix_cache, rows_per_batch,
+    tail_batch, tail_output,
 )
 from causalab_core.runtime.reuse import CleanPrefixes, first_written_layer, is_shared, shared_reads, split_shared
 from causalab_hooks.reuse import skipped_blocks
@@ -78,12 +79,15 @@ class Execution:
         self.caches = CleanCaches(plan.points) if positions else None
         """Per (input, batch): the clean run's keys and values (position-level reuse only)."""
         self.device = model.get_input_embeddings().weight.device
-        self.batches = {name: list(batches(prompts, batch_size, self.device)) for name, prompts in plan.prompts.items()}
+        size = rows_per_batch(plan, batch_size) if positions else batch_size
+        self.batches = {name: list(batches(prompts, size, self.device)) for name, prompts in plan.prompts.items()}
         """Each input's padded batches, built once: every point runs them."""
         self.clean = CleanPrefixes(plan.points)
         """Per (input, batch): the clean run's block outputs some remaining point starts from."""
 
     def run(self, progress) -> dict[str, dict[str, torch.Tensor]]:
+        if self.positions:
+            return self.run_by_batch(progress)
         results: dict[str, dict[str, torch.Tensor]] = {}
         stores: dict[str, dict] = {point.name: {} for point in self.plan.points}
         if self.optimize:
@@ -107,20 +111,57 @@ class Execution:
                 self.caches.release(index)
         return results
 
-    def record_shared_reads(self, stores) -> None:
-        """One forward per batch per input for every point's read-only runs."""
+    def run_by_batch(self, progress) -> dict[str, dict[str, torch.Tensor]]:
+        """Position reuse: every point on one batch of rows, then the next batch, so the clean keys and values
+        of one batch are kept at a time (``positions.rows_per_batch`` sizes the batches). Each (point, batch)
+        forward is the one the point-by-point order runs: the same bytes."""
+        fitted, results = {point.name: {} for point in self.plan.points}, {}
+        for point in self.plan.points:  # training uses its own rows: fit first, in plan order
+            for step in point.steps:
+                if step.kind == "fit":
+                    fitted[point.name][step.featurizer.name] = self.fit(step)
+                    results[step.path] = fitted[point.name][step.featurizer.name].state()
+        parts: dict[str, list] = {}
+        count = len(next(iter(self.batches.values())))
+        for b in range(count):
+            stores: dict[str, dict] = {point.name: {} for point in self.plan.points}
+            if self.optimize:
+                self.record_shared_reads(stores, b)
+            for index, point in enumerate(self.plan.points):
+                store = stores.pop(point.name)
+                for step in point.steps:
+                    if step.kind == "fit" or (self.optimize and is_shared(step)):
+                        continue
+                    swaps = featurizers_for(step, fitted[point.name], self.classes)
+                    with torch.inference_mode():
+                        parts.setdefault(step.path, []).append(
+                            self.score(step, store, swaps, self.batches[step.input][b:b + 1]))
+                self.clean.release(index)
+                self.caches.release(index)
+        for step in self.plan.steps():
+            if step.kind == "run":
+                found = [part for part in parts.get(step.path, []) if part]
+                results[step.path] = {name: torch.cat([p[name] for p in found]) for name in found[0]} if found else {}
+            if progress:
+                progress(step.path)
+        return {step.path: results[step.path] for step in self.plan.steps()}
+
+    def record_shared_reads(self, stores, b: int | None = None) -> None:
+        """One forward per batch (or for batch ``b`` alone) per input for every point's read-only runs."""
         for input_name, merged in shared_reads(self.plan.points).items():
             found: dict = {}
+            chosen = self.batches[input_name] if b is None else self.batches[input_name][b:b + 1]
             with torch.inference_mode():
-                self.record(self.batches[input_name], merged, found)
+                self.record(chosen, merged, found)
             split_shared(found, stores)
 
-    def score(self, step: Run, store, swaps) -> dict[str, torch.Tensor]:
-        """A run over every row with its reads and writes; the answer scores come back (if it is scored)."""
+    def score(self, step: Run, store, swaps, chosen: list[Batch] | None = None) -> dict[str, torch.Tensor]:
+        """A run over every row (or the ``chosen`` batches) with its reads and writes; the answer scores come
+        back (if it is scored)."""
         skip = first_written_layer(step) if self.optimize or self.positions else 0
         scored = []
-        self._new_reads(step, store, sum(b.stop - b.start for b in self.batches[step.input]))
-        for batch in self.batches[step.input]:
+        self._new_reads(step, store, self.plan.rows)
+        for batch in self.batches[step.input] if chosen is None else chosen:
             start = first_written_position(step, batch) if self.positions and step.writes else 0
             if start > 0:
                 out = self.forward_tail(batch, step, store, swaps, skip, start)
@@ -135,7 +176,7 @@ class Execution:
 
     def record(self, batch_list: list[Batch], step: Run, store) -> None:
         """A read-only run: its reads land in ``store``; the forward stops after the last module read."""
-        self._new_reads(step, store, sum(b.stop - b.start for b in batch_list))
+        self._new_reads(step, store, batch_list[-1].stop)
         for batch in batch_list:
             self.forward(batch, step, store, {}, stop=True)
 

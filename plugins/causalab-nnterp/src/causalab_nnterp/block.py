@@ -15,7 +15,8 @@ from causalab_core.runtime import (
     SITE_ORDER, answer_scores, as_heads, batches, featurizers_for, fit_featurizer, gather, minibatch, scatter,
 )
 from causalab_core.runtime.positions import (
-    UNSUPPORTED, CleanCaches, EagerAttention, first_written_position, keys_values, prefix_cache, tail_batch, tail_output,
+    UNSUPPORTED, CleanCaches, EagerAttention, first_written_position, keys_values, prefix_cache, rows_per_batch,
+    tail_batch, tail_output,
 )
 from causalab_core.runtime.reuse import CleanPrefixes, first_written_layer, is_shared, shared_reads, split_shared
 from causalab_nnterp.sites import by_nnterp_name
@@ -70,9 +71,9 @@ def copied(output):
     return output.clone()
 
 
-def run_step(model, prompts, step, store, batch_size, featurizers, labels=None, site_tensor=by_nnterp_name,
+def run_step(model, chosen, step, store, featurizers, labels=None, site_tensor=by_nnterp_name,
              prefixes=None, layers_path=None, caches=None, blocks=None):
-    """One plan step over every batch of rows: one trace per batch.
+    """One plan step over the ``chosen`` batches of rows (``causalab_core.runtime.batches``): one trace each.
 
     With ``labels`` (training), the cross-entropy of the last-token logits is
     back-propagated inside the trace, where the graph through the model lives.
@@ -87,10 +88,9 @@ def run_step(model, prompts, step, store, batch_size, featurizers, labels=None, 
     skip = first_written_layer(step) if prefixes is not None else 0
     stop = step.scoring is None and not step.writes and labels is None
     for read in step.reads:
-        store[read.name] = [None] * len(prompts)
+        store[read.name] = [None] * chosen[-1].stop
     scored = []
-    # Batches are built on the CPU: nnsight moves a trace's inputs to the model's device.
-    for batch in batches(prompts, batch_size, "cpu"):
+    for batch in chosen:
         span = slice(batch.start, batch.stop)
         start = first_written_position(step, batch) if caches is not None and step.writes else 0
         if start > 0:
@@ -147,11 +147,16 @@ def fit(model, step, classes, site_tensor=by_nnterp_name):
         source, source_prompts, target, target_prompts, labels = minibatch(step, idx)
         store = {}
         with torch.no_grad():
-            run_step(model, source_prompts, source, store, None, {}, site_tensor=site_tensor)
-        run_step(model, target_prompts, target, store, None, {step.write.name: featurizer}, labels=labels,
+            run_step(model, on_cpu(source_prompts), source, store, {}, site_tensor=site_tensor)
+        run_step(model, on_cpu(target_prompts), target, store, {step.write.name: featurizer}, labels=labels,
                  site_tensor=site_tensor)
 
     return fit_featurizer(step, classes, backward)
+
+
+def on_cpu(prompts, size=None):
+    """The rows' padded batches, built on the CPU: nnsight moves a trace's inputs to the model's device."""
+    return list(batches(prompts, size, "cpu"))
 
 
 def run_plan(model, plan, batch_size, classes, site_tensor=by_nnterp_name, *, optimize=True, positions=False):
@@ -162,36 +167,49 @@ def run_plan(model, plan, batch_size, classes, site_tensor=by_nnterp_name, *, op
     ``optimize``: share read-only runs across points and start each point at its lowest block
     (``causalab_core.runtime.reuse``; results are byte-identical to the plain path);
     ``positions``: also position-level reuse (``causalab_core.runtime.positions``; byte-identical to the hooks
-    engine in that mode, within 1e-5 of the plain path).
+    engine in that mode, within 1e-5 of the plain path), every point on one batch before the next, as the
+    hooks engine orders it (``Execution.run_by_batch``).
     """
-    results = {}
-    stores = {point.name: {} for point in plan.points}
+    size = rows_per_batch(plan, batch_size) if positions else batch_size
+    all_batches = {name: on_cpu(prompts, size) for name, prompts in plan.prompts.items()}
     prefixes = CleanPrefixes(plan.points) if optimize or positions else None
     caches = CleanCaches(plan.points) if positions else None
     blocks = plan.model.layers if positions else None
-    if optimize:
-        for input_name, merged in shared_reads(plan.points).items():
-            found = {}
-            with torch.no_grad():
-                run_step(model, plan.prompts[input_name], merged, found, batch_size, {}, site_tensor=site_tensor)
-            split_shared(found, stores)
-    for index, point in enumerate(plan.points):
-        store, fitted = stores.pop(point.name), {}
-        for step in point.steps:
-            if step.kind == "fit":
-                fitted[step.featurizer.name] = fit(model, step, classes, site_tensor)
-                results[step.path] = {k: v.detach().cpu() for k, v in fitted[step.featurizer.name].state().items()}
-                continue
-            if optimize and is_shared(step):
-                results[step.path] = {}
-                continue
-            featurizers = featurizers_for(step, fitted, classes)
-            with torch.no_grad():
-                results[step.path] = run_step(model, plan.prompts[step.input], step, store, batch_size, featurizers,
-                                              site_tensor=site_tensor, prefixes=prefixes,
-                                              layers_path=plan.model.layers_path, caches=caches, blocks=blocks)
-        if prefixes is not None:
-            prefixes.release(index)
-        if caches is not None:
-            caches.release(index)
-    return results
+    results, fitted = {}, {point.name: {} for point in plan.points}
+    # Position reuse runs every point on a batch before the next (one batch's clean keys and values kept):
+    # fits, which use their own rows, go first; otherwise a point runs its steps on every batch in turn.
+    rounds = [slice(b, b + 1) for b in range(len(next(iter(all_batches.values()))))] if positions else [slice(None)]
+    parts = {}
+    for chosen in rounds:
+        stores = {point.name: {} for point in plan.points}
+        if optimize:
+            for input_name, merged in shared_reads(plan.points).items():
+                found = {}
+                with torch.no_grad():
+                    run_step(model, all_batches[input_name][chosen], merged, found, {}, site_tensor=site_tensor)
+                split_shared(found, stores)
+        for index, point in enumerate(plan.points):
+            store = stores.pop(point.name)
+            for step in point.steps:
+                if step.kind == "fit":
+                    if step.path not in results:
+                        fitted[point.name][step.featurizer.name] = fit(model, step, classes, site_tensor)
+                        state = fitted[point.name][step.featurizer.name].state()
+                        results[step.path] = {k: v.detach().cpu() for k, v in state.items()}
+                    continue
+                if optimize and is_shared(step):
+                    results[step.path] = {}
+                    continue
+                featurizers = featurizers_for(step, fitted[point.name], classes)
+                with torch.no_grad():
+                    parts.setdefault(step.path, []).append(run_step(
+                        model, all_batches[step.input][chosen], step, store, featurizers, site_tensor=site_tensor,
+                        prefixes=prefixes, layers_path=plan.model.layers_path, caches=caches, blocks=blocks))
+            if prefixes is not None:
+                prefixes.release(index)
+            if caches is not None:
+                caches.release(index)
+    for path, found in parts.items():
+        found = [part for part in found if part]
+        results[path] = {name: torch.cat([p[name] for p in found]) for name in found[0]} if found else {}
+    return {step.path: results[step.path] for step in plan.steps()}
