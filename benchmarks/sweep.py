@@ -11,8 +11,10 @@ weights already loaded, so every contender pays only for the sweep. Repeats
 are interleaved and the table shows medians; read the ratios, not the seconds.
 
 ``--memory`` adds each contender's peak memory above its loaded weights: one
-run in a fresh process per contender, resident memory sampled every
-millisecond (a fresh process, because an allocator keeps what it freed).
+run in a fresh process per contender after one untimed run of the same sweep,
+resident memory sampled every millisecond (a fresh process, because an
+allocator keeps what it freed; glibc's mmap threshold fixed, so what a run
+frees goes back to the system).
 """
 
 from __future__ import annotations
@@ -164,6 +166,8 @@ def peak_memory(name: str, model_dir: Path, key: str, rows: int, positions: list
     if isinstance(run, Causalab):  # load the engine's own weights before the baseline
         plan = api.plan(doc)
         run.engine.load(plan) if hasattr(run.engine, "load") else run.engine.model(plan)
+    once = lambda: run(doc, scratch / "warm-up") if isinstance(run, Causalab) else run()  # noqa: E731
+    once()  # first-use costs (imports, lazily built kernels) are not the sweep's: as heatmap.py's warm-up
     process, peak, done = psutil.Process(), [0], threading.Event()
 
     def sample():

@@ -62,11 +62,28 @@ def keys_values(cache, blocks: int):
 
 
 def prefix_cache(kv, start: int):
-    """A fresh ``DynamicCache`` holding the clean keys and values of positions ``0..start-1`` of every block
-    (the forward appends its own positions to it)."""
-    from transformers import DynamicCache
+    """A ``DynamicCache`` whose blocks hold the clean keys and values of positions ``0..start-1``, as views
+    of the kept ones: each block's attention sees them followed by the forward's own positions.
 
-    return DynamicCache([(k[:, :, :start], v[:, :, :start]) for k, v in kv])
+    Nothing is copied into it and nothing it returns is kept: a stock cache copies every block's prefix
+    when built and keeps each block's concatenation until the forward ends, which would hold the mode's
+    keys and values three times over at the peak instead of once."""
+    import torch
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    class Prefix(DynamicLayer):
+        def __init__(self, keys, values):
+            super().__init__()
+            self.keys, self.values, self.dtype, self.device = keys, values, keys.dtype, keys.device
+            self.is_initialized = True
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            return torch.cat([self.keys, key_states], dim=-2), torch.cat([self.values, value_states], dim=-2)
+
+    cache = DynamicCache()
+    cache.layers = [Prefix(k[:, :, :start], v[:, :, :start]) for k, v in kv]
+    return cache
 
 
 def tail_output(output, start: int):
