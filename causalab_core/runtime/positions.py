@@ -10,6 +10,12 @@ forward's inputs are positions ``p..`` (their ids and position ids) with the
 full attention mask; windows are addressed in the shortened sequence by
 shifting the batch's offsets by ``-p``.
 
+Memory: the mode holds, for each batch, the clean keys and values of every
+block until its last point. Engines therefore run every point on one batch
+before the next and cut the rows into batches sized by ``rows_per_batch``, so
+one batch's are held at a time and the mode holds no more than a sweep's reads
+and one forward.
+
 Every engine builds the same shortened forward from these functions, so
 engines agree byte for byte with each other in this mode; against the plain
 path (one full forward) results agree within float rounding (1e-5), not
