@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
-
 import json
 import re
 import types
 from pathlib import Path
+
+import pytest
 
 from causalab_core import api
 from causalab_core.plugins import build_registry
