@@ -5,6 +5,12 @@ from __future__ import annotations
 import torch
 
 
+def joined(parts) -> dict[str, torch.Tensor]:
+    """Batches' scores (``answer_scores`` dicts, empty for an unscored run) as one, rows in batch order."""
+    found = [part for part in parts if part]
+    return {name: torch.cat([p[name] for p in found]) for name in found[0]} if found else {}
+
+
 def answer_scores(last_logits: torch.Tensor, token_ids, views=("answers",)) -> dict[str, torch.Tensor]:
     """What a step's scoring asks for, in float32, from ``[batch, vocab]`` logits: the answer columns'
     logits and the log-sum-exp; with ``ranks`` each column's rank (how many tokens score higher); with

@@ -10,7 +10,9 @@ import torch
 from causalab_core.contracts import Engine, ReuseOptions, refuse_options
 from causalab_core.errors import EngineError, shorten
 from causalab_core.ir import Fit, Plan, Run
-from causalab_core.runtime import Batch, answer_scores, as_heads, batches, featurizers_for, fit_featurizer, gather, minibatch, scatter
+from causalab_core.runtime import (
+    Batch, answer_scores, as_heads, batches, featurizers_for, fit_featurizer, gather, joined, minibatch, scatter,
+)
 from causalab_core.runtime.positions import (
     UNSUPPORTED, CleanCaches, EagerAttention, decide, first_written_position, keys_values, prefix_cache, rows_per_batch,
     tail_batch, tail_output,
@@ -140,8 +142,7 @@ class Execution:
                 self.caches.release(index)
         for step in self.plan.steps():
             if step.kind == "run":
-                found = [part for part in parts.get(step.path, []) if part]
-                results[step.path] = {name: torch.cat([p[name] for p in found]) for name in found[0]} if found else {}
+                results[step.path] = joined(parts.get(step.path, []))
             if progress:
                 progress(step.path)
         return {step.path: results[step.path] for step in self.plan.steps()}
@@ -170,9 +171,7 @@ class Execution:
             if step.scoring is not None:
                 scored.append(answer_scores(out.logits[:, -1, :], step.scoring.token_ids[batch.start:batch.stop],
                                             step.scoring.views))
-        if not scored:
-            return {}
-        return {name: torch.cat([s[name] for s in scored]) for name in scored[0]}
+        return joined(scored)
 
     def record(self, batch_list: list[Batch], step: Run, store) -> None:
         """A read-only run: its reads land in ``store``; the forward stops after the last module read."""

@@ -12,7 +12,7 @@ import torch
 
 from causalab_core.errors import EngineError
 from causalab_core.runtime import (
-    SITE_ORDER, answer_scores, as_heads, batches, featurizers_for, fit_featurizer, gather, minibatch, scatter,
+    SITE_ORDER, answer_scores, as_heads, batches, featurizers_for, fit_featurizer, gather, joined, minibatch, scatter,
 )
 from causalab_core.runtime.positions import (
     UNSUPPORTED, CleanCaches, EagerAttention, first_written_position, keys_values, prefix_cache, rows_per_batch,
@@ -134,9 +134,7 @@ def run_step(model, chosen, step, store, featurizers, labels=None, site_tensor=b
                 elif step.scoring is not None:
                     scored.append(answer_scores(model.output.logits[:, -1, :], step.scoring.token_ids[span],
                                                 step.scoring.views))
-    if not scored:
-        return {}
-    return {name: torch.cat([s[name] for s in scored]) for name in scored[0]}
+    return joined(scored)
 
 
 def fit(model, step, classes, site_tensor=by_nnterp_name):
@@ -210,6 +208,5 @@ def run_plan(model, plan, batch_size, classes, site_tensor=by_nnterp_name, *, op
             if caches is not None:
                 caches.release(index)
     for path, found in parts.items():
-        found = [part for part in found if part]
-        results[path] = {name: torch.cat([p[name] for p in found]) for name in found[0]} if found else {}
+        results[path] = joined(found)
     return {step.path: results[step.path] for step in plan.steps()}
