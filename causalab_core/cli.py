@@ -310,4 +310,10 @@ def main() -> None:
             add_plugin_commands(app)
     except typer.Exit as exc:
         raise SystemExit(exc.exit_code) from None
-    app()  # each command reports inside its own `reported`
+    try:
+        app()  # each command reports inside its own `reported`
+    finally:
+        # The exit code is decided: a signal from here on must not replace it. At shutdown Python puts back
+        # the default SIGINT action, and a late signal then killed the process (-2 in CI) instead of 130.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
