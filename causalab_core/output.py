@@ -246,15 +246,26 @@ def _check_out(out: Path, where: str, force: bool, protected: Iterable[Path]) ->
 
 @contextmanager
 def signals_deferred() -> Iterator[None]:
-    """SIGINT and SIGTERM wait until the block ends (the main thread only: where Python handles them)."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+    """SIGINT and SIGTERM wait until the block ends, then act as they would have.
+
+    Python runs signal handlers in the main thread whichever thread the kernel delivered to, so the
+    handlers are swapped for ones that only note the signal (blocking it in the main thread is not enough:
+    the kernel then hands a process-directed signal to another thread, torch's workers among them)."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    caught: list[int] = []
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    swapped = {sig: handler for sig, handler in previous.items() if handler is not None}  # None: not Python's
+    for sig in swapped:
+        signal.signal(sig, lambda signum, frame: caught.append(signum))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for sig, handler in swapped.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(caught):
+            signal.raise_signal(sig)
 
 
 def _inside(folder: Path, rel: str) -> Path:

@@ -488,3 +488,27 @@ def test_a_file_outside_the_folder_is_never_written(tmp_path):
     with pytest.raises(OutputError, match="not inside the output folder"):
         output.write_folder(tmp_path / "o", {"../escape.json": b"{}"}, force=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_signal_another_thread_receives_still_waits_for_the_end_of_the_swap():
+    """The kernel hands a process-directed signal to any thread not blocking it (torch's workers among them),
+    and Python then raises in the main thread: the swap must still run to its end before the signal acts."""
+    script = """
+import os, signal, threading, time
+from causalab_core.output import signals_deferred
+go = threading.Event()
+worker = threading.Thread(target=lambda: (go.wait(), os.kill(os.getpid(), signal.SIGINT)))
+worker.start()  # before the block, as torch's threads are: it does not share a mask the block sets
+ended = []
+try:
+    with signals_deferred():
+        go.set()
+        worker.join()
+        time.sleep(0.2)  # Python runs handlers between bytecodes: an undeferred signal lands here
+        ended.append(True)
+except KeyboardInterrupt:
+    print("interrupted after the block" if ended else "interrupted inside the block")
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert result.stdout.strip() == "interrupted after the block", result.stdout + result.stderr

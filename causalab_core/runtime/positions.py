@@ -13,8 +13,8 @@ shifting the batch's offsets by ``-p``.
 Memory: the mode holds, for each batch, the clean keys and values of every
 block until its last point. Engines therefore run every point on one batch
 before the next and cut the rows into batches sized by ``rows_per_batch``, so
-one batch's are held at a time and the mode holds no more than a sweep's reads
-and one forward.
+one batch's are held at a time and the mode holds at most ``HOLD_AT_MOST`` times
+a sweep's reads and one forward.
 
 Every engine builds the same shortened forward from these functions, so
 engines agree byte for byte with each other in this mode; against the plain
