@@ -507,7 +507,7 @@ def main() -> None:
     if args.worker:
         print(json.dumps(worker(json.loads(args.worker))))
         return
-    if "transformerlens" in args.contenders and not TL_PYTHON.exists():
+    if "transformerlens" in args.contenders and not args.only_scaling and not TL_PYTHON.exists():
         sys.exit(f"{TL_PYTHON} is missing: run bash benchmarks/setup-transformerlens.sh (or leave out transformerlens)")
     print(f"machine: {machine()}\nsource: {tree()}", flush=True)
     results = []
