@@ -193,3 +193,40 @@ def test_large_kept_state_splits_the_rows_and_one_batch_is_kept_at_a_time(write_
         for name in split[path]:
             assert torch.equal(split[path][name], remote_block[path][name]), (path, name)
     assert all(len(v) == 12 for scores in split.values() for v in scores.values())
+
+
+def test_a_single_row_whose_clean_state_outweighs_the_plain_path_keeps_the_plain_path(write_doc, tiny_llama, tmp_path):
+    """One row cannot be cut into smaller batches: where its clean keys and values alone would hold more than
+    the bound allows, the planner declines the mode and says why; positions=true still runs it, within 1e-5.
+    The same sweep over a dozen rows (the reads and forwards the plain path holds grow with them) keeps it."""
+    doc = sweep_document(str(tiny_llama), layers=[0, 3], positions=[-4, -1])
+    plan = api.plan(write_doc(doc, ragged_rows(1)))
+    assert not plan.position_reuse
+    assert "one row would keep" in plan.position_reuse_why and "positions=true" in plan.position_reuse_why
+    assert api.plan(write_doc(doc, ragged_rows(12))).position_reuse
+
+    single = write_doc(doc, ragged_rows(1))
+    declined, forced = api.run(single, out=tmp_path / "a"), api.run(single, out=tmp_path / "b",
+                                                                    options={"positions": True})
+    assert declined.run["position_reuse"]["used"] is False and declined.run["position_reuse"]["by"] == "planner"
+    assert forced.run["position_reuse"]["used"] is True
+    for a, b in zip(declined.metrics, forced.metrics):
+        for x, y in zip(a.content["values"], b.content["values"]):
+            assert x == pytest.approx(y, abs=1e-5)
+
+
+def test_the_memory_estimate_counts_at_least_the_clean_keys_and_values_an_engine_keeps(write_doc, tiny_llama,
+                                                                                      monkeypatch):
+    """What the planner and the batching weigh is an estimate from the plan's shapes; it must not undercount
+    the clean keys and values a run actually keeps, or the bound it enforces would not hold."""
+    from causalab_core.runtime import positions
+
+    plan = api.plan(write_doc(sweep_document(str(tiny_llama), layers=[0, 3], positions=[-4, -1]), ragged_rows(6)))
+    kept_bytes = []
+    keep = positions.CleanCaches.keep
+    monkeypatch.setattr(positions.CleanCaches, "keep", lambda self, name, start, kv: (
+        keep(self, name, start, kv), kept_bytes.append(sum(k.nbytes + v.nbytes for k, v in kv)))[0])
+    HooksEngine(options=HooksOptions(positions=True)).execute(plan, featurizers=api.featurizer_classes(plan, registry()))
+    _, kept, _ = positions.holdings(plan.model, plan.prompts, plan.points)
+    batch = positions.rows_per_batch(plan, None)
+    assert kept_bytes and max(kept_bytes) <= batch * kept * 4

@@ -8,7 +8,10 @@ batch also keeps the keys and values), so it is faster exactly where the
 positions it saves are a real share of the plan's writing work: the planner
 turns it on there (``benchmarks/README.md``: 0.67x of prefix reuse's time
 on the toy weekdays sweep, width 64; 0.46x on a width-256 Llama; 0.71x on
-the GPT-2-sized heatmap). Elsewhere the plain path stays. It is
+the GPT-2-sized heatmap). Elsewhere the plain path stays, and where one
+row's clean keys and values would already hold more than the memory bound of
+``runtime.positions`` allows (a single long row), since no batching can keep
+that one within it. It is
 also what a comparison with an outside reference asks for, since it is
 bitwise what a full forward computes and the mode agrees with it within
 1e-5, not bitwise: engine option ``positions=false``.
@@ -21,7 +24,7 @@ option overrides the pick; ``run.json`` records what ran and why.
 from __future__ import annotations
 
 from causalab_core.ir import ModelRef, Point
-from causalab_core.runtime.positions import first_position, refusal
+from causalab_core.runtime.positions import first_position, memory_refusal, refusal
 from causalab_core.runtime.reuse import first_written_layer
 
 # The share of the writing runs' block x position work the mode must save.
@@ -65,6 +68,9 @@ def choose(model: ModelRef, prompts: dict[str, tuple], points: tuple[Point, ...]
     if share < MIN_SAVED:
         return picked(False, f"it would save {share:.0%} of the writing runs' block positions "
                              f"(< {MIN_SAVED:.0%})")
+    too_large = memory_refusal(model, prompts, points)
+    if too_large:
+        return picked(False, too_large)
     return picked(True, f"it saves {share:.0%} of the writing runs' block positions")
 
 

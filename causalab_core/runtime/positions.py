@@ -153,33 +153,58 @@ SPLIT_ABOVE = 8 * 2**20
 HOLD_AT_MOST = 1.5
 
 
-def rows_per_batch(plan, batch_size: int | None) -> int:
-    """Rows per batch in position mode, where each batch runs every point before the next batch starts.
-
-    The mode keeps, for the batch in hand, the clean keys and values of every block, the clean block
-    outputs points start from and the points' reads. Batches are sized so that this, with one forward's
-    activations, stays within ``HOLD_AT_MOST`` times what the plain path keeps: every row's reads and one
-    forward of the rows it batches together (the hand-written floor of ``benchmarks/`` keeps that much).
-    Estimated in float32 words per row from the plan's shapes (a forward's activations: 12 widths and the
-    attention scores per token); the same on every engine, so engines batch alike and agree byte for byte."""
-    rows = plan.rows
-    size = min(batch_size or rows, rows)
-    model = plan.model
-    tokens = max((len(r) for prompts in plan.prompts.values() for r in prompts), default=0)
-    reads = sum(len(window) * op.site.width for step in plan.steps() if step.kind == "run"
-                for op in step.reads for window in op.windows) / max(rows, 1)
-    written = {step.input for step in plan.steps() if step.kind == "run" and step.writes}
-    starts = {(step.input, first_written_layer(step)) for step in plan.steps()
-              if step.kind == "run" and step.writes and first_written_layer(step) > 0}
+def holdings(model, prompts: dict, points) -> tuple[float, float, float]:
+    """Per row, in float32 words, estimated from the plan's shapes: the points' reads, what the mode keeps
+    besides them (the clean keys and values of every block, the clean block outputs points start from) and
+    one forward's activations (12 widths and the attention scores per token). The same on every engine, so
+    engines batch alike and agree byte for byte."""
+    rows = max(len(next(iter(prompts.values()), ())), 1)
+    steps = [step for point in points for step in point.steps if step.kind == "run"]
+    tokens = max((len(r) for texts in prompts.values() for r in texts), default=0)
+    reads = sum(len(window) * op.site.width for step in steps for op in step.reads for window in op.windows) / rows
+    written = {step.input for step in steps if step.writes}
+    starts = {(step.input, first_written_layer(step)) for step in steps
+              if step.writes and first_written_layer(step) > 0}
     keys_values = len(written) * 2 * model.layers * model.heads * model.head_dim * tokens
     outputs = len(starts) * tokens * model.width
     forward = tokens * (12 * model.width + model.heads * tokens)
-    per_row = reads + keys_values + outputs + forward
-    if size * (per_row - forward) * 4 <= SPLIT_ABOVE:
+    return reads, keys_values + outputs, forward
+
+
+def most_rows(model, prompts: dict, points, size: int) -> int:
+    """How many rows of a ``size``-row batch the mode may hold at once: all of them where what it keeps stays
+    under ``SPLIT_ABOVE``, else as many as keep it within ``HOLD_AT_MOST`` times what the plain path holds
+    (every row's reads and one forward of ``size`` rows; the hand-written floor of ``benchmarks/`` keeps that
+    much). 0 where not even one row fits."""
+    reads, kept, forward = holdings(model, prompts, points)
+    if size * (reads + kept) * 4 <= SPLIT_ABOVE:
         return size
-    most = max(1, min(size, int(HOLD_AT_MOST * (rows * reads + size * forward) // per_row)))
+    rows = len(next(iter(prompts.values()), ()))
+    return min(size, int(HOLD_AT_MOST * (rows * reads + size * forward) // (reads + kept + forward)))
+
+
+def rows_per_batch(plan, batch_size: int | None) -> int:
+    """Rows per batch in position mode, where each batch runs every point before the next batch starts:
+    within ``most_rows``, in as few batches as that needs, of even sizes (each holds less)."""
+    size = min(batch_size or plan.rows, plan.rows)
+    most = max(1, most_rows(plan.model, plan.prompts, plan.points, size))
     count = -(-size // most)
-    return -(-size // count)  # as many batches as the bound needs, of even sizes: each holds less
+    return -(-size // count)
+
+
+def memory_refusal(model, prompts: dict, points) -> str | None:
+    """Why the planner keeps the plain path for memory, or None: where a single row of the mode would hold
+    more than ``HOLD_AT_MOST`` times what the plain path holds with every row in one batch, no batching can
+    bound it (one long row: its clean keys and values outweigh a sweep's reads and a forward). Unlike the
+    split, not waived under ``SPLIT_ABOVE``: declining costs no forward more, only the positions it saves."""
+    rows = len(next(iter(prompts.values()), ()))
+    reads, kept, forward = holdings(model, prompts, points)
+    plain = rows * (reads + forward)
+    if reads + kept + forward <= HOLD_AT_MOST * plain:
+        return None
+    return (f"one row would keep {kept * 4 / 2**20:.1f} MiB of clean keys, values and block outputs, more than "
+            f"{HOLD_AT_MOST}x what the plain path holds ({plain * 4 / 2**20:.1f} MiB): --option positions=true "
+            f"runs it anyway")
 
 
 UNSUPPORTED = ("position reuse needs a per-block key/value cache from the model ({model}); "
