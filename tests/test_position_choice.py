@@ -200,12 +200,11 @@ def test_a_single_row_whose_clean_state_outweighs_the_plain_path_keeps_the_plain
     the bound allows, the planner declines the mode and says why; positions=true still runs it, within 1e-5.
     The same sweep over a dozen rows (the reads and forwards the plain path holds grow with them) keeps it."""
     doc = sweep_document(str(tiny_llama), layers=[0, 3], positions=[-4, -1])
-    plan = api.plan(write_doc(doc, ragged_rows(1)))
+    assert api.plan(write_doc(doc, ragged_rows(12))).position_reuse
+    single = write_doc(doc, ragged_rows(1))  # write_doc writes one rows file: the single row last
+    plan = api.plan(single)
     assert not plan.position_reuse
     assert "one row would keep" in plan.position_reuse_why and "positions=true" in plan.position_reuse_why
-    assert api.plan(write_doc(doc, ragged_rows(12))).position_reuse
-
-    single = write_doc(doc, ragged_rows(1))
     declined, forced = api.run(single, out=tmp_path / "a"), api.run(single, out=tmp_path / "b",
                                                                     options={"positions": True})
     assert declined.run["position_reuse"]["used"] is False and declined.run["position_reuse"]["by"] == "planner"

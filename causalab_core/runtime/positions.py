@@ -153,12 +153,16 @@ SPLIT_ABOVE = 8 * 2**20
 HOLD_AT_MOST = 1.5
 
 
+def row_count(prompts: dict) -> int:
+    return len(next(iter(prompts.values()), ()))
+
+
 def holdings(model, prompts: dict, points) -> tuple[float, float, float]:
     """Per row, in float32 words, estimated from the plan's shapes: the points' reads, what the mode keeps
     besides them (the clean keys and values of every block, the clean block outputs points start from) and
     one forward's activations (12 widths and the attention scores per token). The same on every engine, so
     engines batch alike and agree byte for byte."""
-    rows = max(len(next(iter(prompts.values()), ())), 1)
+    rows = max(row_count(prompts), 1)
     steps = [step for point in points for step in point.steps if step.kind == "run"]
     tokens = max((len(r) for texts in prompts.values() for r in texts), default=0)
     reads = sum(len(window) * op.site.width for step in steps for op in step.reads for window in op.windows) / rows
@@ -179,7 +183,7 @@ def most_rows(model, prompts: dict, points, size: int) -> int:
     reads, kept, forward = holdings(model, prompts, points)
     if size * (reads + kept) * 4 <= SPLIT_ABOVE:
         return size
-    rows = len(next(iter(prompts.values()), ()))
+    rows = row_count(prompts)
     return min(size, int(HOLD_AT_MOST * (rows * reads + size * forward) // (reads + kept + forward)))
 
 
@@ -197,7 +201,7 @@ def memory_refusal(model, prompts: dict, points) -> str | None:
     more than ``HOLD_AT_MOST`` times what the plain path holds with every row in one batch, no batching can
     bound it (one long row: its clean keys and values outweigh a sweep's reads and a forward). Unlike the
     split, not waived under ``SPLIT_ABOVE``: declining costs no forward more, only the positions it saves."""
-    rows = len(next(iter(prompts.values()), ()))
+    rows = row_count(prompts)
     reads, kept, forward = holdings(model, prompts, points)
     plain = rows * (reads + forward)
     if reads + kept + forward <= HOLD_AT_MOST * plain:
