@@ -34,7 +34,7 @@ def loaded_state(ref) -> dict:
 
 def featurizers_for(step, fitted: dict, classes: Mapping[str, type]) -> dict:
     """Each write's featurizer: the one trained earlier in the point, else a fresh one (None for a plain swap)."""
-    return {w.name: (fitted.get(w.featurizer.name) if w.featurizer else None) or untrained(w, classes)
+    return {w.name: (fitted.get(w.featurizer.name) or untrained(w, classes)) if w.featurizer else None
             for w in step.writes}
 
 
