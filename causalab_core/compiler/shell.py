@@ -70,6 +70,7 @@ class Shell:
             head_dim=getattr(c, "head_dim", None) or c.hidden_size // heads,
             vocab=c.vocab_size,
             sliding_window=attention_window(c),
+            last_mlp=self._last_mlp(),
         )
 
     def site(self, component: str, layer: int, head: int | None) -> Site:
@@ -102,6 +103,16 @@ class Shell:
             raise PlanError(f"{type(self.module).__name__}: slow_but_exact with pretraining_tp > 1 bypasses "
                             f"{path}'s output projection; attn_output and mlp_output need it")
         return self._child(path, projections)
+
+    def _last_mlp(self) -> str | None:
+        """The last block's MLP module, unless it has none or adds the residual itself (BLOOM's)."""
+        try:
+            path = self._mlp(f"{self.layers_path}.{self.config.num_hidden_layers - 1}")
+        except PlanError:
+            return None
+        if "residual" in inspect.signature(type(self.module.get_submodule(path)).forward).parameters:
+            return None
+        return path
 
     def _mlp(self, block: str) -> str:
         try:

@@ -44,6 +44,9 @@ class ModelRef:
     vocab: int
     sliding_window: int | None = None
     """Tokens a position attends back over in sliding-window attention (None: all of them)."""
+    last_mlp: str | None = None
+    """Dotted path of the last block's MLP where it works on each position alone and is handed no residual
+    (None: none such): position reuse runs it on the last position only (``runtime.positions``)."""
 
 
 @dataclass(frozen=True)

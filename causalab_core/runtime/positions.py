@@ -8,7 +8,8 @@ the positions before ``p`` enter attention as the clean run's keys and values
 (a transformers ``DynamicCache`` of one clean forward, cut to ``p``). The
 forward's inputs are positions ``p..`` (their ids and position ids) with the
 full attention mask; windows are addressed in the shortened sequence by
-shifting the batch's offsets by ``-p``.
+shifting the batch's offsets by ``-p``. Only the last position reaches the LM
+head, so the top block's MLP runs on it alone (``trims_last_mlp``).
 
 Memory: the mode holds, for each batch, the clean keys and values of every
 block until its last point. Engines therefore run every point on one batch
@@ -90,6 +91,31 @@ def prefix_cache(kv, start: int):
     cache = DynamicCache()
     cache.layers = [Prefix(k[:, :, :start], v[:, :, :start]) for k, v in kv]
     return cache
+
+
+def trims_last_mlp(step, model) -> bool:
+    """Whether the run may compute the last block's MLP on the last position alone: only the last position
+    reaches the scores (the LM head), so where the run is scored and reads or writes nothing at or after
+    that MLP, its other positions' MLP outputs are never used. ``model``: the plan's ``ModelRef``."""
+    last = model.layers - 1
+    return model.last_mlp is not None and step.scoring is not None and not any(
+        op.site.layer == last and op.site.component in ("mlp_output", "block_output")
+        for op in (*step.reads, *step.writes))
+
+
+def last_position(hidden):
+    """The MLP's input at the last position only (its output is ``widened`` back)."""
+    return hidden[:, -1:]
+
+
+def widened(output, length: int):
+    """An MLP's one-position output back to ``length`` positions, zeros before it: the block adds it to the
+    stream at every position, and only the last one is used."""
+    import torch
+
+    if isinstance(output, tuple):
+        return (widened(output[0], length), *output[1:])
+    return torch.cat([output.new_zeros(output.shape[0], length - 1, output.shape[2]), output], dim=1)
 
 
 def tail_output(output, start: int):

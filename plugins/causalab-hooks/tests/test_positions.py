@@ -82,3 +82,34 @@ def test_position_reuse_is_as_thread_invariant_as_the_plain_path():
     assert not same(found[1, True], found[1, False])  # the two modes do differ in the last bits
     if same(found[1, False], found[2, False]):
         assert same(found[1, True], found[2, True])
+
+
+@pytest.mark.parametrize("arch", ["tiny_llama", "tiny_gpt2"])
+def test_the_top_block_mlp_computes_only_the_last_position(arch, request, write_doc):
+    """Only the last position reaches the scores, so in position mode the top block's MLP runs on it alone:
+    each point's forward gives that MLP one position, not the tail's four or more; the scores stay within
+    1e-5 of the plain path. A write at the top block's MLP output still sees the whole tail."""
+    from causalab_nnterp.engine import NnterpEngine, NnterpOptions
+
+    model_key = str(request.getfixturevalue(arch))
+    rows = ragged_rows(6)
+    for site, layers, trimmed in (("block_output", [0, 2], True), ("mlp_output", [3], False)):
+        doc = sweep_document(model_key, layers=layers, positions=[-4])
+        for spec in (doc["reads"]["cf_resid"], doc["writes"]["patch"]):
+            spec["site"] = site
+        plan = api.plan(write_doc(doc, rows))
+        classes = api.featurizer_classes(plan, registry())
+        engine = HooksEngine(options=HooksOptions(positions=True))
+        top = engine.load(plan).get_submodule(plan.model.layers_path)[-1].mlp
+        seen = []  # positions the top MLP computed, per call (a forward hook sees the input it ran on)
+        handle = top.register_forward_hook(lambda module, args, output: seen.append(args[0].shape[1]))
+        try:
+            fast = engine.execute(plan, featurizers=classes)
+        finally:
+            handle.remove()
+        written = seen[-len(plan.points):]  # after the shared and clean forwards, one per point (one batch)
+        assert all((n == 1) == trimmed for n in written), (site, seen)
+        plain = HooksEngine(options=HooksOptions(optimize=False)).execute(plan, featurizers=classes)
+        close(fast, plain)
+        remote_block = NnterpEngine(options=NnterpOptions(positions=True)).execute(plan, featurizers=classes)
+        assert all(torch.equal(fast[p][n], remote_block[p][n]) for p in fast for n in fast[p])

@@ -14,8 +14,8 @@ from causalab_core.runtime import (
     Batch, answer_scores, as_heads, batches, featurizers_for, fit_featurizer, gather, joined, minibatch, scatter,
 )
 from causalab_core.runtime.positions import (
-    UNSUPPORTED, CleanCaches, EagerAttention, decide, first_written_position, keys_values, prefix_cache, rows_per_batch,
-    tail_batch, tail_output,
+    UNSUPPORTED, CleanCaches, EagerAttention, decide, first_written_position, keys_values, last_position, prefix_cache,
+    rows_per_batch, tail_batch, tail_output, trims_last_mlp, widened,
 )
 from causalab_core.runtime.reuse import CleanPrefixes, first_written_layer, is_shared, shared_reads, split_shared
 from causalab_hooks.reuse import skipped_blocks
@@ -229,6 +229,8 @@ class Execution:
             skipped = skipped_blocks(self.model, self.plan.model.layers_path, skip, cached)
         tail = tail_batch(batch, start)
         handles = attach(self.model, step, tail, store, swaps, stop=True)
+        if trims_last_mlp(step, self.plan.model):
+            handles += last_position_mlp(self.model.get_submodule(self.plan.model.last_mlp), tail.input_ids.shape[1])
         try:
             with skipped, EagerAttention(self.model.config):
                 return self.model(
@@ -276,6 +278,13 @@ class Execution:
                     h.remove()
             self.clean.keep(input_name, batch.start, outputs)
         return self.clean.get(input_name, batch.start, layer)
+
+
+def last_position_mlp(mlp, length: int) -> list:
+    """Hooks that run ``mlp`` on the last of ``length`` positions only (``positions.trims_last_mlp``)."""
+    return [mlp.register_forward_pre_hook(lambda mod, args, kwargs: _replace_input(args, kwargs, last_position),
+                                          with_kwargs=True),
+            mlp.register_forward_hook(lambda mod, args, output: widened(output, length))]
 
 
 def _record_clean(outputs, block: int, output, last: bool):

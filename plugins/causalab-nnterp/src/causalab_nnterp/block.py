@@ -15,8 +15,8 @@ from causalab_core.runtime import (
     SITE_ORDER, answer_scores, as_heads, batches, featurizers_for, fit_featurizer, gather, joined, minibatch, scatter,
 )
 from causalab_core.runtime.positions import (
-    UNSUPPORTED, CleanCaches, EagerAttention, first_written_position, keys_values, prefix_cache, rows_per_batch,
-    tail_batch, tail_output,
+    UNSUPPORTED, CleanCaches, EagerAttention, first_written_position, keys_values, last_position, prefix_cache,
+    rows_per_batch, tail_batch, tail_output, trims_last_mlp, widened,
 )
 from causalab_core.runtime.reuse import CleanPrefixes, first_written_layer, is_shared, shared_reads, split_shared
 from causalab_nnterp.sites import by_nnterp_name
@@ -38,6 +38,13 @@ def block_envoy(model, layers_path, layer, site_tensor=by_nnterp_name):
     if site_tensor is by_nnterp_name:
         return model.layers[layer]
     return model.get(f"{layers_path}.{layer}")
+
+
+def last_mlp_envoy(model, plan_model, site_tensor=by_nnterp_name):
+    """The last block's MLP envoy (``ModelRef.last_mlp``), addressed as ``block_envoy`` addresses blocks."""
+    if site_tensor is by_nnterp_name:
+        return model.mlps[plan_model.layers - 1]
+    return model.get(plan_model.last_mlp)
 
 
 def clean_outputs(model, batch, layers_path, wanted, site_tensor=by_nnterp_name):
@@ -72,7 +79,7 @@ def copied(output):
 
 
 def run_step(model, chosen, step, store, featurizers, labels=None, site_tensor=by_nnterp_name,
-             prefixes=None, layers_path=None, caches=None, blocks=None):
+             prefixes=None, layers_path=None, caches=None, blocks=None, plan_model=None):
     """One plan step over the ``chosen`` batches of rows (``causalab_core.runtime.batches``): one trace each.
 
     With ``labels`` (training), the cross-entropy of the last-token logits is
@@ -81,9 +88,10 @@ def run_step(model, chosen, step, store, featurizers, labels=None, site_tensor=b
     ``prefixes`` (a ``CleanPrefixes``): a writing run starts at its lowest block, the blocks below
     skipped and replaced by the clean run's output (computed here once per batch, if not kept yet).
     A read-only unscored run stops after its last read.
-    ``caches`` (a ``CleanCaches``; with ``prefixes``, and ``blocks``, the model's block count): position-level
-    reuse (``causalab_core.runtime.positions``), a writing run computing only positions >= its first written
-    one, over the clean run's keys and values.
+    ``caches`` (a ``CleanCaches``; with ``prefixes``, ``blocks``, the model's block count, and ``plan_model``,
+    the plan's ``ModelRef``): position-level reuse (``causalab_core.runtime.positions``), a writing run
+    computing only positions >= its first written one, over the clean run's keys and values, and the last
+    block's MLP on the last position only where ``trims_last_mlp``.
     """
     skip = first_written_layer(step) if prefixes is not None else 0
     stop = step.scoring is None and not step.writes and labels is None
@@ -126,6 +134,11 @@ def run_step(model, chosen, step, store, featurizers, labels=None, site_tensor=b
                     for write in writes:
                         scatter(as_heads(hidden, site), write.windows[span], batch.offsets,
                                 store[write.source][span], featurizers[write.name])
+                if start > 0 and trims_last_mlp(step, plan_model):
+                    mlp = last_mlp_envoy(model, plan_model, site_tensor)
+                    length = mlp.input.shape[1]
+                    mlp.input = last_position(mlp.input)
+                    mlp.output = widened(mlp.output, length)
                 if stop:
                     tracer.stop()
                 if labels is not None:
@@ -202,7 +215,8 @@ def run_plan(model, plan, batch_size, classes, site_tensor=by_nnterp_name, *, op
                 with torch.no_grad():
                     parts.setdefault(step.path, []).append(run_step(
                         model, all_batches[step.input][chosen], step, store, featurizers, site_tensor=site_tensor,
-                        prefixes=prefixes, layers_path=plan.model.layers_path, caches=caches, blocks=blocks))
+                        prefixes=prefixes, layers_path=plan.model.layers_path, caches=caches, blocks=blocks,
+                        plan_model=plan.model))
             if prefixes is not None:
                 prefixes.release(index)
             if caches is not None:
