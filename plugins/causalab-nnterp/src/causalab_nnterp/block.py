@@ -79,7 +79,7 @@ def copied(output):
 
 
 def run_step(model, chosen, step, store, featurizers, labels=None, site_tensor=by_nnterp_name,
-             prefixes=None, layers_path=None, caches=None, blocks=None, plan_model=None):
+             prefixes=None, layers_path=None, caches=None, plan_model=None):
     """One plan step over the ``chosen`` batches of rows (``causalab_core.runtime.batches``): one trace each.
 
     With ``labels`` (training), the cross-entropy of the last-token logits is
@@ -88,10 +88,10 @@ def run_step(model, chosen, step, store, featurizers, labels=None, site_tensor=b
     ``prefixes`` (a ``CleanPrefixes``): a writing run starts at its lowest block, the blocks below
     skipped and replaced by the clean run's output (computed here once per batch, if not kept yet).
     A read-only unscored run stops after its last read.
-    ``caches`` (a ``CleanCaches``; with ``prefixes``, ``blocks``, the model's block count, and ``plan_model``,
-    the plan's ``ModelRef``): position-level reuse (``causalab_core.runtime.positions``), a writing run
-    computing only positions >= its first written one, over the clean run's keys and values, and the last
-    block's MLP on the last position only where ``trims_last_mlp``.
+    ``caches`` (a ``CleanCaches``; with ``prefixes`` and ``plan_model``, the plan's ``ModelRef``):
+    position-level reuse (``causalab_core.runtime.positions``), a writing run computing only positions >= its
+    first written one, over the clean run's keys and values, and the last block's MLP on the last position
+    only where ``trims_last_mlp``.
     """
     skip = first_written_layer(step) if prefixes is not None else 0
     stop = step.scoring is None and not step.writes and labels is None
@@ -103,8 +103,8 @@ def run_step(model, chosen, step, store, featurizers, labels=None, site_tensor=b
         start = first_written_position(step, batch) if caches is not None and step.writes else 0
         if start > 0:
             if caches.get(step.input, batch.start) is None:
-                kv, outputs = clean_keys_values(model, batch, layers_path, prefixes.wanted(step.input), blocks,
-                                                site_tensor)
+                kv, outputs = clean_keys_values(model, batch, layers_path, prefixes.wanted(step.input),
+                                                plan_model.layers, site_tensor)
                 if kv is None:
                     raise EngineError(UNSUPPORTED.format(model=layers_path))
                 caches.keep(step.input, batch.start, kv)
@@ -185,7 +185,6 @@ def run_plan(model, plan, batch_size, classes, site_tensor=by_nnterp_name, *, op
     all_batches = {name: on_cpu(prompts, size) for name, prompts in plan.prompts.items()}
     prefixes = CleanPrefixes(plan.points) if optimize or positions else None
     caches = CleanCaches(plan.points) if positions else None
-    blocks = plan.model.layers if positions else None
     results, fitted = {}, {point.name: {} for point in plan.points}
     # Position reuse runs every point on a batch before the next (one batch's clean keys and values kept):
     # fits, which use their own rows, go first; otherwise a point runs its steps on every batch in turn.
@@ -215,8 +214,7 @@ def run_plan(model, plan, batch_size, classes, site_tensor=by_nnterp_name, *, op
                 with torch.no_grad():
                     parts.setdefault(step.path, []).append(run_step(
                         model, all_batches[step.input][chosen], step, store, featurizers, site_tensor=site_tensor,
-                        prefixes=prefixes, layers_path=plan.model.layers_path, caches=caches, blocks=blocks,
-                        plan_model=plan.model))
+                        prefixes=prefixes, layers_path=plan.model.layers_path, caches=caches, plan_model=plan.model))
             if prefixes is not None:
                 prefixes.release(index)
             if caches is not None:
