@@ -490,7 +490,7 @@ def main() -> None:
     parser.add_argument("--ndif", action="store_true", help="Also the ndif engine on the NDIF test server (~1 min to start).")
     parser.add_argument("--scaling", action="store_true", help="Also floor and hooks at growing rows and points.")
     parser.add_argument("--only-scaling", action="store_true", help="Only the scaling runs.")
-    parser.add_argument("--scaling-rows", type=int, nargs="+", default=[10, 30, 100],
+    parser.add_argument("--scaling-rows", type=int, nargs="*", default=[10, 30, 100],
                         help="Row counts of the rows scaling (1000 is the issue's; hours on 2 cores).")
     parser.add_argument("--scaling-rows-layers", type=int, default=1,
                         help="Layers swept (x every position of the 22-token rows) in the rows scaling.")

@@ -9,7 +9,7 @@ from typing import Any
 
 from causalab_core.contracts import MetricInputs
 from causalab_core.errors import EngineError
-from causalab_core.ir import Fit, Plan, Point
+from causalab_core.ir import Fit, Plan, Point, PositionRecord
 from causalab_core.plugins import Registry
 
 
@@ -38,18 +38,24 @@ def _number(x: Any) -> Any:
     return x
 
 
-def positions_record(point: Point) -> dict[str, Any]:
+def position_record(rec: PositionRecord) -> dict[str, Any]:
     return {
-        rec.name: {
-            "role": rec.role,
-            "input": rec.input,
-            "rows": [
-                {"window": list(w), "tokens": list(t), "reason": r}
-                for w, t, r in zip(rec.windows, rec.tokens, rec.reasons)
-            ],
-        }
-        for rec in point.positions
+        "role": rec.role,
+        "input": rec.input,
+        "rows": [
+            {"window": list(w), "tokens": list(t), "reason": r}
+            for w, t, r in zip(rec.windows, rec.tokens, rec.reasons)
+        ],
     }
+
+
+def positions_record(point: Point, shown: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """Each read's and write's record by name. A record the points share (the compiler shares one per
+    position, across layers) is built once, into ``shown`` by its id, and shared by their results."""
+    for rec in point.positions:
+        if id(rec) not in shown:
+            shown[id(rec)] = position_record(rec)
+    return {rec.name: shown[id(rec)] for rec in point.positions}
 
 
 def run_inputs(step: Any, outputs: dict[str, dict[str, Any]], eligible: Any) -> MetricInputs:
@@ -74,7 +80,7 @@ def run_inputs(step: Any, outputs: dict[str, dict[str, Any]], eligible: Any) -> 
 
 def score(plan: Plan, outputs: dict[str, dict[str, Any]], registry: Registry) -> list[MetricResult]:
     """Compute every metric of every point from the engine's flat outputs."""
-    results = []
+    results, shown = [], {}
     for point in plan.points:
         steps = {s.path: s for s in point.steps}
         for metric in point.metrics:
@@ -90,7 +96,7 @@ def score(plan: Plan, outputs: dict[str, dict[str, Any]], registry: Registry) ->
                 "summary": _number(values.summary),
                 "values": _number(values.rows),
                 "eligible": list(point.eligible),
-                "positions": positions_record(point),
+                "positions": positions_record(point, shown),
             }
             results.append(MetricResult(point, metric.name, content))
     return results

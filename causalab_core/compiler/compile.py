@@ -55,6 +55,7 @@ class Compiler:
     def __init__(self, loaded: LoadedDocument, shell: Shell, registry: Registry, metric_params: dict[str, Any]):
         self.loaded, self.doc, self.shell, self.registry = loaded, loaded.document, shell, registry
         self.metric_params = metric_params
+        self.doc_json = self.doc.model_dump(mode="json")
         self.ref = shell.model_ref(self.doc.model.key, self.doc.model.revision, self.doc.model.dtype)
         self.prompts = tokenize_inputs(self.doc.inputs, loaded.rows, shell.tokenizer, self.doc.variables)
         self.resolvers = [cls() for cls in registry.components("position").values()]
@@ -64,6 +65,13 @@ class Compiler:
         """Training rows per data spec (canonical JSON)."""
         self.scorings = self._scorings()
         self._decoded: dict[int, str] = {}
+        # What a large sweep repeats from point to point, built once and shared by the points (the plan is
+        # frozen data): a resolved position's windows and record, a site, a metric's params and runs.
+        self._windows: dict[int, tuple] = {}
+        self._records: dict[tuple, PositionRecord] = {}
+        self._sites: dict[tuple, Any] = {}
+        self._metrics = {name: (m, m.model_dump(exclude={"kind", "input"}), self.metric_runs(name, m))
+                         for name, m in self.doc.metrics.items()}
 
     def _decode(self, ids: list[int]) -> str:
         """One token's text (memoized: a sweep's position records decode the same tokens over and over)."""
@@ -84,15 +92,24 @@ class Compiler:
             self._positions[key] = tuple(resolver.resolve(spec, row) for row in rows)
         return self._positions[key]
 
+    def windows(self, resolved: tuple[Resolved, ...]) -> tuple:
+        """Each row's token positions. ``resolve`` keeps every tuple it made, so its id names the spec."""
+        if id(resolved) not in self._windows:
+            self._windows[id(resolved)] = tuple(r.positions for r in resolved)
+        return self._windows[id(resolved)]
+
     def record(self, name: str, role: str, input_name: str, resolved: tuple[Resolved, ...]) -> PositionRecord:
-        decode = self._decode
-        rows = self.prompts[input_name]
-        return PositionRecord(
-            name=name, role=role, input=input_name,
-            windows=tuple(r.positions for r in resolved),
-            tokens=tuple(tuple(decode([row.ids[p]]) for p in r.positions) for r, row in zip(resolved, rows)),
-            reasons=tuple(r.reason for r in resolved),
-        )
+        key = (name, role, input_name, id(resolved))
+        if key not in self._records:
+            decode = self._decode
+            rows = self.prompts[input_name]
+            self._records[key] = PositionRecord(
+                name=name, role=role, input=input_name,
+                windows=self.windows(resolved),
+                tokens=tuple(tuple(decode([row.ids[p]]) for p in r.positions) for r, row in zip(resolved, rows)),
+                reasons=tuple(r.reason for r in resolved),
+            )
+        return self._records[key]
 
     # -- sites ------------------------------------------------------------------
 
@@ -105,7 +122,10 @@ class Compiler:
             )
         if spec.head is not None and spec.head >= self.ref.heads:
             raise PlanError(f"{where}.head: head {spec.head} is out of range: {self.ref.heads} heads{at}")
-        return self.shell.site(spec.site, spec.layer, spec.head)
+        key = (spec.site, spec.layer, spec.head)
+        if key not in self._sites:
+            self._sites[key] = self.shell.site(*key)
+        return self._sites[key]
 
     # -- scoring ----------------------------------------------------------------
 
@@ -155,16 +175,15 @@ class Compiler:
     # -- points -----------------------------------------------------------------
 
     def point(self, name: str, values: tuple) -> Point:
-        point_doc = substitute(self.doc, values)
+        point_doc = substitute(self.doc_json, values)
         reads, records, eligible = self._reads(name, point_doc)
         writes, write_records, fits = self._writes(name, point_doc, reads)
         steps = tuple(fits) + self._steps(name, {n: read for n, (_, read) in reads.items()},
                                           {n: spec.input for n, (spec, _) in reads.items()}, writes)
         metrics = tuple(
-            MetricPlan(mname, m.kind, self._path(name, self.metric_step_input(m)), m.model_dump(exclude={"kind", "input"}),
-                       {role: self._path(name, key) for role, (key, _) in self.metric_runs(mname, m).items()
-                        if role != "intervened"})
-            for mname, m in self.doc.metrics.items()
+            MetricPlan(mname, m.kind, self._path(name, self.metric_step_input(m)), params,
+                       {role: self._path(name, key) for role, (key, _) in runs.items() if role != "intervened"})
+            for mname, (m, params, runs) in self._metrics.items()
         )
         return Point(name, values, steps, metrics, tuple(records + write_records), tuple(eligible), point_doc)
 
@@ -177,7 +196,7 @@ class Compiler:
             resolved = self.resolve(spec.input, spec.position)
             records.append(self.record(rname, "read", spec.input, resolved))
             eligible = [ok and r.reason is None for ok, r in zip(eligible, resolved)]
-            reads[rname] = (spec, Read(rname, site, tuple(r.positions for r in resolved)))
+            reads[rname] = (spec, Read(rname, site, self.windows(resolved)))
         return reads, records, eligible
 
     def _writes(self, point: str, point_doc: dict, reads: dict) -> tuple[dict[str, list[Write]], list, list[Fit]]:
@@ -199,7 +218,7 @@ class Compiler:
                 if fspec.get("train") and spec.featurizer not in fits:
                     fits[spec.featurizer] = self.fit(point, featurizer, fspec["train"], spec, source, read_spec, site)
             writes.setdefault(spec.input, []).append(
-                Write(wname, spec.source, site, tuple(r.positions for r in resolved), featurizer)
+                Write(wname, spec.source, site, self.windows(resolved), featurizer)
             )
         return writes, records, list(fits.values())
 
@@ -327,7 +346,7 @@ class Compiler:
                       for name, rows in self.prompts.items() if any(r.segments for r in rows)},
             points=built,
             requires=requires,
-            document=self.doc.model_dump(mode="json"),
+            document=self.doc_json,
             resolvers=tuple(sorted(self.used_resolvers)),
             data=self.loaded.generated or {},
             **choose_position_reuse(self.ref, prompts, built),

@@ -62,13 +62,10 @@ class Shell:
 
     def model_ref(self, key: str, revision: str | None, dtype: str) -> ModelRef:
         c = self.config
-        heads = c.num_attention_heads
         return ModelRef(
             key=key, revision=revision, dtype=dtype, source=str(self.source),
             architecture=type(self.module).__name__, layers_path=self.layers_path, layers=c.num_hidden_layers,
-            width=c.hidden_size, heads=heads,
-            head_dim=getattr(c, "head_dim", None) or c.hidden_size // heads,
-            vocab=c.vocab_size,
+            width=c.hidden_size, heads=c.num_attention_heads, head_dim=self._head_dim(), vocab=c.vocab_size,
             sliding_window=attention_window(c),
             last_mlp=self._last_mlp(),
         )
@@ -81,18 +78,22 @@ class Shell:
         (BLOOM's take a ``residual`` argument), its output projection's.
         """
         block = f"{self.layers_path}.{layer}"
-        ref = self.model_ref("", None, "")
+        width = self.config.hidden_size
         if component in ("block_input", "block_output"):
             tensor = "input" if component == "block_input" else "output"
-            return Site(component, layer, block, tensor, ref.width)
+            return Site(component, layer, block, tensor, width)
         if component == "attn_output":
             return Site(component, layer, self._term(self._child(block, ATTENTION_NAMES), ATTN_OUT_NAMES),
-                        "output", ref.width)
+                        "output", width)
         if component == "mlp_output":
-            return Site(component, layer, self._term(self._mlp(block), MLP_OUT_NAMES), "output", ref.width)
+            return Site(component, layer, self._term(self._mlp(block), MLP_OUT_NAMES), "output", width)
         attention = self._child(block, ATTENTION_NAMES)
         return Site(component, layer, self._child(attention, ATTN_OUT_NAMES), "input",
-                    ref.head_dim, head=head, heads=ref.heads)
+                    self._head_dim(), head=head, heads=self.config.num_attention_heads)
+
+    def _head_dim(self) -> int:
+        c = self.config
+        return getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
 
     def _term(self, path: str, projections: tuple[str, ...]) -> str:
         """``path``, or its output projection where the module's forward adds the residual it is handed."""

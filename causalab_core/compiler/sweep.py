@@ -93,21 +93,24 @@ def points(document: Document) -> list[tuple[str, tuple[tuple[str, Any], ...]]]:
     return out
 
 
-def substitute(document: Document, values: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
-    """The document as JSON with every ``{"sweep": axis}`` replaced by this point's value."""
+def substitute(data: dict[str, Any], values: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
+    """The document's JSON (``data``) with every ``{"sweep": axis}`` replaced by this point's value.
+    What holds no sweep reference is ``data``'s own, shared by all the points rather than copied a
+    thousand times over in a large sweep (only reads, writes and featurizers may hold references)."""
     chosen = dict(values)
 
     def walk(node: Any) -> Any:
+        """``node`` itself where nothing under it is replaced."""
         if isinstance(node, dict):
             if is_sweep_ref(node) and node["sweep"] in chosen:
                 return chosen[node["sweep"]]
-            return {k: walk(v) for k, v in node.items()}
+            new = {k: walk(v) for k, v in node.items()}
+            return node if all(new[k] is v for k, v in node.items()) else new
         if isinstance(node, list):
-            return [walk(v) for v in node]
+            new = [walk(v) for v in node]
+            return node if all(a is b for a, b in zip(new, node)) else new
         return node
 
-    data = document.model_dump(mode="json")
-    sweep = data.pop("sweep")
-    data = {k: (walk(v) if k in ("reads", "writes", "featurizers") else v) for k, v in data.items()}
-    data["sweep"] = {} if values else sweep
-    return data
+    out = {k: (walk(v) if k in ("reads", "writes", "featurizers") else v) for k, v in data.items() if k != "sweep"}
+    out["sweep"] = {} if values else data["sweep"]
+    return out

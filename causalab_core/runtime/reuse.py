@@ -6,8 +6,8 @@
 - Prefix reuse: the blocks below a run's lowest touched block compute exactly
   what the clean run of that input computes, so their output comes from one
   clean forward per batch and the run starts at its own block.
-- Bounded memory: a clean block output is kept only while a remaining point
-  starts above it (``CleanPrefixes``).
+- Bounded memory: a clean block output is computed when a point first starts
+  above it and kept only while a remaining point does (``CleanPrefixes``).
 
 Pure bookkeeping over the plan IR (no torch), imported inside engines' blocks.
 """
@@ -49,7 +49,10 @@ def first_written_layer(step: Run) -> int:
 
 
 class CleanPrefixes:
-    """Clean block outputs per (input, batch start), kept only while a remaining point starts above them."""
+    """Clean block outputs per (input, batch start), computed as points first need them, from the highest
+    output kept below (so a layer-by-layer sweep holds one block's output, not one per block), and kept only
+    while a remaining point starts above them, or while the highest kept one is the way up to a block a
+    remaining point will start from."""
 
     def __init__(self, points: tuple[Point, ...]):
         self.last_use: dict[tuple[str, int], int] = {}
@@ -65,14 +68,26 @@ class CleanPrefixes:
         return sorted(block for name, block in self.last_use if name == input_name)
 
     def get(self, input_name: str, start: int, block: int):
-        """The kept output, or None when this batch's clean forward has not run yet."""
+        """The kept output, or None when it has not been computed (or is no longer needed)."""
         return self.kept.get((input_name, start), {}).get(block)
 
+    def missing(self, input_name: str, start: int, block: int) -> tuple[int, list[int]]:
+        """How to compute ``block``'s clean output on a batch: the highest kept block below it to start from
+        (-1: none, start at the embeddings), and the wanted blocks to record on the way, ``block`` the last."""
+        kept = self.kept.get((input_name, start), {})
+        base = max((b for b in kept if b < block), default=-1)
+        return base, [b for b in self.wanted(input_name) if base < b <= block]
+
     def keep(self, input_name: str, start: int, outputs: dict) -> None:
-        self.kept[(input_name, start)] = outputs
+        self.kept.setdefault((input_name, start), {}).update(outputs)
 
     def release(self, index: int) -> None:
-        """After point ``index``: drop the outputs no later point starts from."""
+        """After point ``index``: drop the outputs no later point starts from, but the highest kept one
+        while a later point starts above it."""
         for (input_name, _), outputs in self.kept.items():
-            for block in [b for b in outputs if self.last_use.get((input_name, b), -1) <= index]:
+            top = max(outputs, default=-1)
+            climbing = any(name == input_name and block > top and last > index
+                           for (name, block), last in self.last_use.items())
+            for block in [b for b in outputs if self.last_use.get((input_name, b), -1) <= index
+                          and not (b == top and climbing)]:
                 del outputs[block]

@@ -39,6 +39,8 @@ class Plugin:
 @pytest.mark.parametrize("site", ["block_output", "block_input", "mlp_output"])
 def test_optimized_outputs_are_byte_identical_to_the_plain_path(arch, site, request, write_doc, tmp_path):
     doc = sweep_document(str(request.getfixturevalue(arch)))
+    if site == "block_input":  # and in an order that climbs and falls back: the clean run as points first need it
+        doc["sweep"] = {"pos": doc["sweep"]["pos"], "layers": [3, 0, 2, 1]}
     for spec in (*doc["reads"].values(), *doc["writes"].values()):
         spec["site"] = site
     path = write_doc(doc, ragged_rows(20))
@@ -59,13 +61,19 @@ def test_the_sweep_does_less_block_work(write_doc, tiny_llama):
     plain = count_block_calls(HooksEngine(options=HooksOptions(optimize=False)), plan)
     # Plain, per point with the swap at block L: the counterfactual up to block L, then the whole base run.
     assert plain == [16, 14, 12, 10]
-    # Reused: one counterfactual forward for all points, one clean base forward stopped after the highest block
-    # a point starts above (block 2), then each point from block L on.
+    # Reused: one counterfactual forward for all points, the clean base run's blocks 0-2 each once (each from
+    # the one below, as the first point starts above it), then each point from block L on.
     assert fast == [4, 6, 8, 9]
+    # In an order that falls back to lower blocks, the same work: what a later point starts from is kept.
+    doc = sweep_document(str(tiny_llama))
+    doc["sweep"] = {"pos": doc["sweep"]["pos"], "layers": [3, 0, 2, 1]}
+    shuffled = api.plan(write_doc(doc, ragged_rows(10)))
+    assert count_block_calls(HooksEngine(options=HooksOptions(positions=False)), shuffled) == [4, 6, 8, 9]
 
 
 def test_clean_outputs_are_freed_as_the_sweep_moves_on(write_doc, tiny_llama, monkeypatch):
-    """Each clean block output is kept until the last point that starts above it, and no longer."""
+    """Each clean block output is computed when the first point starts above it, from the one below, and kept
+    until the last point that starts above it, or, the highest kept, until the next block above is computed."""
     from causalab_core.runtime.reuse import CleanPrefixes
 
     plan = api.plan(write_doc(sweep_document(str(tiny_llama)), ragged_rows(10)))
@@ -78,6 +86,6 @@ def test_clean_outputs_are_freed_as_the_sweep_moves_on(write_doc, tiny_llama, mo
 
     monkeypatch.setattr(CleanPrefixes, "release", spy)
     HooksEngine(options=HooksOptions(positions=False)).execute(plan, batch_size=4)
-    # Points run layer by layer (0..3, two positions each); a point at layer L starts from block L - 1, and the
-    # clean forward runs when the first such point does.
-    assert kept_after == [[], [], [0, 1, 2], [1, 2], [1, 2], [2], [2], []]
+    # Points run layer by layer (0..3, two positions each); a point at layer L starts from block L - 1. Block 0 is
+    # kept past its last point (3) until block 1 is computed from it (point 4): one block at a time, not three.
+    assert kept_after == [[], [], [0], [0], [1], [1], [2], []]

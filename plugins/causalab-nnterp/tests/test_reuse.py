@@ -33,8 +33,12 @@ def assert_equal(a: dict, b: dict) -> None:
 
 
 @pytest.mark.parametrize("arch", ["tiny_llama", "tiny_gpt2"])
-def test_reuse_is_byte_identical_to_hooks_and_to_the_plain_path(arch, request, write_doc):
-    plan = api.plan(write_doc(several_sites(str(request.getfixturevalue(arch))), ragged_rows(20)))
+@pytest.mark.parametrize("order", ["layer by layer", "position by position, layers shuffled"])
+def test_reuse_is_byte_identical_to_hooks_and_to_the_plain_path(arch, order, request, write_doc):
+    doc = several_sites(str(request.getfixturevalue(arch)))
+    if order != "layer by layer":  # the clean run is computed as points first start above a block, in any order
+        doc["sweep"] = {"pos": doc["sweep"]["pos"], "layers": [3, 0, 1]}
+    plan = api.plan(write_doc(doc, ragged_rows(20)))
     classes = api.featurizer_classes(plan, registry())
     fast = NnterpEngine(options=NnterpOptions(positions=False)).execute(plan, featurizers=classes, batch_size=7)
     plain = NnterpEngine(options=NnterpOptions(optimize=False)).execute(plan, featurizers=classes, batch_size=7)
@@ -64,7 +68,7 @@ def count_block_calls(engine, plan):
 
 def test_the_sweep_does_the_hooks_engines_block_work(write_doc, tiny_llama):
     plan = api.plan(write_doc(sweep_document(str(tiny_llama)), ragged_rows(10)))
-    # As on hooks (plugins/causalab-hooks/tests/test_reuse.py): one counterfactual trace for all points, one
-    # clean trace up to the highest block a point starts above, then each point from its block on.
+    # As on hooks (plugins/causalab-hooks/tests/test_reuse.py): one counterfactual trace for all points, each
+    # clean block once (from the one below, as points first start above it), then each point from its block on.
     assert count_block_calls(NnterpEngine(options=NnterpOptions(positions=False)), plan) == [4, 6, 8, 9]
     assert count_block_calls(NnterpEngine(options=NnterpOptions(optimize=False)), plan) == [16, 14, 12, 10]

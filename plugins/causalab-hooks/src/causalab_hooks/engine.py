@@ -263,16 +263,21 @@ class Execution:
         return self.caches.get(input_name, batch.start)
 
     def clean_output(self, input_name: str, layer: int, batch: Batch) -> torch.Tensor:
-        """Block ``layer``'s output on this input's clean run: one clean forward per batch records every
-        block a point starts from, each kept until the last point that needs it."""
+        """Block ``layer``'s output on this input's clean run, computed (``CleanPrefixes.missing``) from the
+        highest clean output kept below it, and kept until the last point that needs it."""
         if self.clean.get(input_name, batch.start, layer) is None:
+            base, record = self.clean.missing(input_name, batch.start, layer)
             outputs: dict[int, torch.Tensor] = {}
             blocks = self.model.get_submodule(self.plan.model.layers_path)
-            wanted = self.clean.wanted(input_name)
-            handles = [blocks[i].register_forward_hook(lambda mod, args, output, i=i: _record_clean(outputs, i, output, i == wanted[-1]))
-                       for i in wanted]
+            handles = [blocks[i].register_forward_hook(lambda mod, args, output, i=i: _record_clean(outputs, i, output, i == layer))
+                       for i in record]
+            skipped = contextlib.nullcontext()
+            if base >= 0:
+                skipped = skipped_blocks(self.model, self.plan.model.layers_path, base + 1,
+                                         self.clean.get(input_name, batch.start, base))
             try:
-                plain_forward(self.model, batch)
+                with skipped:
+                    plain_forward(self.model, batch)
             finally:
                 for h in handles:
                     h.remove()
@@ -289,7 +294,7 @@ def last_position_mlp(mlp, length: int) -> list:
 
 def _record_clean(outputs, block: int, output, last: bool):
     outputs[block] = output
-    if last:  # nothing above the highest wanted block is needed
+    if last:  # nothing above the block asked for is needed
         raise _StopForward
 
 

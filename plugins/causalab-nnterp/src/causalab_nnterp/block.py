@@ -47,12 +47,16 @@ def last_mlp_envoy(model, plan_model, site_tensor=by_nnterp_name):
     return model.get(plan_model.last_mlp)
 
 
-def clean_outputs(model, batch, layers_path, wanted, site_tensor=by_nnterp_name):
-    """One clean trace of a batch, stopped after the highest wanted block: each wanted block's output."""
+def clean_outputs(model, batch, layers_path, prefixes, input_name, block, site_tensor=by_nnterp_name):
+    """One clean trace of a batch from the highest clean output ``prefixes`` keeps below ``block``, stopped
+    after ``block``: the output of each wanted block on the way (``CleanPrefixes.missing``)."""
+    base, record = prefixes.missing(input_name, batch.start, block)
     outputs = {}
     with model.trace(batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,
                      use_cache=False, logits_to_keep=1) as tracer:
-        for layer in wanted:
+        for layer in range(base + 1):
+            block_envoy(model, layers_path, layer, site_tensor).skip(prefixes.get(input_name, batch.start, base))
+        for layer in record:
             outputs[layer] = block_envoy(model, layers_path, layer, site_tensor).output
         tracer.stop()
     return outputs
@@ -117,7 +121,7 @@ def run_step(model, chosen, step, store, featurizers, labels=None, site_tensor=b
             extra = {"use_cache": False}
             if prefixes.get(step.input, batch.start, skip - 1) is None:
                 prefixes.keep(step.input, batch.start,
-                              clean_outputs(model, batch, layers_path, prefixes.wanted(step.input), site_tensor))
+                              clean_outputs(model, batch, layers_path, prefixes, step.input, skip - 1, site_tensor))
             cached = copied(prefixes.get(step.input, batch.start, skip - 1))
         else:
             extra = {"use_cache": False}
