@@ -455,7 +455,7 @@ def start_server(folder: Path, scratch: Path):
     from causalab_testing.ndif_server.stack import Deployment, TestServer
 
     size = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
-    server = TestServer(scratch / "ndif-server")
+    server = TestServer(scratch / "ndif-server", extra_env=ALLOCATOR)  # its model actor's peak is measured too
     t = time.perf_counter()
     server.start([Deployment(str(folder), served_key(str(folder), None), size)])
     print(f"  NDIF test server up in {time.perf_counter() - t:.0f} s", flush=True)
