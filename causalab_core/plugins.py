@@ -18,7 +18,7 @@ import pluggy
 
 from causalab_core.errors import PluginError
 from causalab_core.hookspecs import PROJECT
-from causalab_core.provenance import causalab_digests, distribution_digest
+from causalab_core.digests import distribution_digest
 
 # Which kind each registration hook provides.
 KIND_HOOKS = {
@@ -192,4 +192,4 @@ def installed_causalab() -> dict[str, dict[str, str]]:
     A remote engine's block calls this on the server, so the client can compare
     the server's installed copy of core and plugins with its own.
     """
-    return causalab_digests(registry())["distributions"]
+    return {p.distribution: {"version": p.version, "digest": p.digest} for p in registry().distributions()}

@@ -3,54 +3,16 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib.metadata
 import sys
-from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
+from causalab_core.digests import distribution_digest, source_digest  # noqa: F401  (where they lived before)
+
+if TYPE_CHECKING:  # plugins.py imports nothing of this module: imports run one way
     from causalab_core.plugins import Registry
 
 WATCHED = ("torch", "transformers", "nnsight", "nnterp", "pydantic")
-
-
-def source_digest(package_dir: Path) -> str:
-    """sha256 over every file under a package directory, package data included (relative path + bytes)."""
-    return _digest((path.relative_to(package_dir).as_posix(), path) for path in sorted(package_dir.rglob("*"))
-                   if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc")
-
-
-def _digest(files) -> str:
-    h = hashlib.sha256()
-    for name, path in files:
-        h.update(name.encode() + b"\0")
-        h.update(Path(path).read_bytes() + b"\0")
-    return h.hexdigest()
-
-
-def distribution_digest(distribution: str, module: ModuleType | None = None) -> str:
-    """sha256 over a distribution's own installed files, as its RECORD lists them (package data
-    included, metadata and bytecode not): a single-module plugin is that one module, whatever else
-    shares its site-packages. An editable install lists no sources there, so its package folder is read."""
-    try:
-        files = importlib.metadata.files(distribution) or []
-    except importlib.metadata.PackageNotFoundError:
-        files = []
-    own = sorted((f for f in files if not (f.parts[0].endswith((".dist-info", ".data")) or f.parts[0] == ".."
-                                          or "__pycache__" in f.parts or f.suffix in (".pyc", ".pth"))), key=str)
-    if own:
-        return _digest((f.as_posix(), f.locate()) for f in own)
-    if module is not None and getattr(module, "__file__", None):
-        return source_digest(package_dir(module))
-    return "unknown"
-
-
-def package_dir(module: ModuleType) -> Path:
-    """The directory of the top-level package a module belongs to."""
-    top = sys.modules[module.__name__.split(".")[0]]
-    return Path(top.__file__).parent
 
 
 @functools.cache
