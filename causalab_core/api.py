@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from causalab_core.causal import rows_digest
 from causalab_core.compiler import compile_document
 from causalab_core.contracts import HERE, Remote
 from causalab_core.document import LoadedDocument, load_document
@@ -31,15 +32,17 @@ def validate(path: str | Path, *, data_root: str | Path | None = None, registry:
     Everything `plan` refuses, `validate` refuses: it compiles (tokenizer, config, no weights).
     """
     reg = registry or default_registry()
-    loaded = load_document(path, data_root, reg)
-    compile_document(loaded, reg)
+    with reg.boundary():
+        loaded = load_document(path, data_root, reg)
+        compile_document(loaded, reg)
     return loaded
 
 
 def plan(path: str | Path, *, data_root: str | Path | None = None, registry: Registry | None = None) -> Plan:
     """Compile a document into a plan without loading weights."""
     reg = registry or default_registry()
-    return compile_document(load_document(path, data_root, reg), reg)
+    with reg.boundary():
+        return compile_document(load_document(path, data_root, reg), reg)
 
 
 def featurizer_classes(plan: Plan, registry: Registry) -> dict[str, type]:
@@ -107,8 +110,19 @@ def run(
     With ``out``, the points run in chunks and each completed point is kept beside ``out``
     (:mod:`causalab_core.resume`); ``resume`` runs only the points an interrupted run did not finish.
     ``points_done(done, total)`` is called before the first chunk and after each one.
+    An exception inside plugin code (an engine, a featurizer, a metric...) is one `PluginError` naming it.
     """
     reg = registry or default_registry()
+    with reg.boundary():
+        return _run(reg, path, out=out, engine=engine, remote=remote, batch_size=batch_size,
+                    device_map=device_map, data_root=data_root, force=force, options=options,
+                    progress=progress, resume=resume, points_done=points_done)
+
+
+def _run(reg: Registry, path: str | Path, *, out: str | Path | None, engine: str, remote: Remote,
+         batch_size: int | None, device_map: str | None, data_root: str | Path | None, force: bool,
+         options: dict[str, Any] | None, progress: Callable[[Plan], Callable[[str], None] | None] | None,
+         resume: bool, points_done: Callable[[int, int], None] | None) -> RunResult:
     out_path = Path(out) if out is not None else None
     loaded = load_document(path, data_root, reg)
     if resume and out_path is None:
@@ -128,7 +142,10 @@ def run(
     on_step = progress(built) if progress else None
 
     def record_for(details: dict[str, Any]) -> dict[str, Any]:
-        return run_record(reg, engine=engine, remote=remote, batch_size=batch_size, plan=built, details=details)
+        record = run_record(reg, engine=engine, remote=remote, batch_size=batch_size, plan=built, details=details)
+        # Which rows were scored (a causal model's record says already): `causalab compare` tells data apart by it.
+        record.setdefault("data", {"rows": len(loaded.rows), "sha256": rows_digest(loaded.rows)})
+        return record
 
     def execute(plan: Plan) -> tuple[list[MetricResult], dict[str, Any], dict[str, bytes]]:
         """Run ``plan`` on the engine: its metrics, its run record, its output files."""

@@ -188,6 +188,9 @@ def plugins(verbose: Verbose = False) -> None:
             for p in reg.plugins
         ]
         print(json.dumps(listing, indent=2))
+        for (kind, name), dists in sorted(reg.clashes.items()):
+            err.print(f"warning: {kind} name {name!r} is provided by {' and by '.join(dists)}: a document naming "
+                      "it is refused; uninstall one of them", markup=False)
 
 
 @app.command()
@@ -279,35 +282,45 @@ def env(verbose: Verbose = False) -> None:
 
 
 def add_plugin_commands(app: typer.Typer) -> None:
-    """Let each plugin add its commands (the ``causalab_commands`` hook); a taken name is a PluginError."""
+    """Let each plugin add its commands (the ``causalab_commands`` hook); a taken name is a PluginError.
+
+    Only the plugins whose module names the hook are loaded (`plugins.command_plugins`), so listing the
+    commands costs no torch; a failure inside a plugin's hook is one line naming it."""
     from causalab_core.errors import PluginError
-    from causalab_core.plugins import registry
+    from causalab_core.plugins import _blamed, command_plugins
 
     def names() -> list[str]:
         return [c.name or c.callback.__name__.replace("_", "-") for c in app.registered_commands] + \
             [g.name for g in app.registered_groups]
 
-    reg = registry()
-    for plugin in reg.plugins:
-        hook = getattr(plugin.module, "causalab_commands", None)
-        if hook is None:
-            continue
+    for distribution, module in command_plugins():
         before = names()
-        hook(app=app)
+        with _blamed(f"plugin {module.__name__!r} of {distribution}", "its causalab_commands hook"):
+            module.causalab_commands(app=app)
         added = names()[len(before):]
         taken = [n for n in added if n in before]
         if taken:
-            raise PluginError(f"{plugin.distribution} adds the command {taken[0]!r}, which causalab already has")
+            raise PluginError(f"{distribution} adds the command {taken[0]!r}, which causalab already has")
+
+
+def _needs_plugin_commands(args: list[str]) -> bool:
+    """Whether a command line may reach a plugin's command: not where it names one of causalab's own,
+    which load only the plugins they use (`causalab schema` and `causalab run --help` load none)."""
+    first = next((a for a in args if not a.startswith("-")), None)
+    own = {c.name or c.callback.__name__.replace("_", "-") for c in app.registered_commands}
+    return first not in own
 
 
 def main() -> None:
     import signal
+    import sys
 
     # First of all: from here on SIGINT and SIGTERM end in `Interrupted` (130, 143), never a traceback.
     signal.signal(signal.SIGTERM, _terminate)
     try:
         with reported(False):
-            add_plugin_commands(app)
+            if _needs_plugin_commands(sys.argv[1:]):
+                add_plugin_commands(app)
     except typer.Exit as exc:
         raise SystemExit(exc.exit_code) from None
     try:

@@ -10,13 +10,17 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.metadata
+import importlib.util
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from types import ModuleType
+from pathlib import Path
+from types import ModuleType, TracebackType
 from typing import Any
 
 import pluggy
 
-from causalab_core.errors import PluginError
+from causalab_core.errors import CausalabError, PluginError, clip
 from causalab_core.hookspecs import PROJECT
 from causalab_core.digests import distribution_digest
 
@@ -28,6 +32,9 @@ KIND_HOOKS = {
     "metric": "causalab_metrics",
     "causal_model": "causalab_causal_models",
 }
+# How a failure names each kind.
+KIND_WORDS = {"engine": "engine", "position": "position resolver", "featurizer": "featurizer",
+              "metric": "metric", "causal_model": "causal model"}
 
 
 @dataclass(frozen=True)
@@ -56,11 +63,14 @@ class Registry:
             found: dict[str, tuple[type, PluginInfo]] = {}
             for impl in getattr(pm.hook, hook_name).get_hookimpls():
                 owner = by_module[impl.plugin]
-                for cls in impl.function() or ():
+                with _blamed(f"plugin {owner.name!r} of {owner.distribution}", f"its {hook_name} hook"):
+                    classes = list(impl.function() or ())
+                for cls in classes:
                     name = getattr(cls, "name", None)
                     if not isinstance(name, str) or not name:
                         raise PluginError(
-                            f"{kind} class {cls.__qualname__} from {owner.distribution} has no `name`"
+                            f"{kind} class {getattr(cls, '__qualname__', repr(cls))} from {owner.distribution} "
+                            "has no `name`"
                         )
                     if name in found or (kind, name) in self.clashes:
                         owners = self.clashes.setdefault((kind, name), [found.pop(name)[1].distribution]
@@ -93,7 +103,57 @@ class Registry:
         return {name: cls for name, (cls, _) in sorted(self._components[kind].items())}
 
     def model_source(self, key: str, revision: str | None) -> Any:
-        return self.pm.hook.causalab_model_source(key=key, revision=revision)
+        with self.boundary():
+            return self.pm.hook.causalab_model_source(key=key, revision=revision)
+
+    @contextmanager
+    def boundary(self) -> Iterator[None]:
+        """Where core calls plugin code: an exception a plugin raised (not a deliberate `CausalabError`)
+        becomes one `PluginError` line naming the component and its distribution, the original chained
+        for ``--verbose``. An exception with no plugin code on its traceback is core's, and passes."""
+        try:
+            yield
+        except CausalabError:
+            raise
+        except Exception as exc:
+            blamed = self.blame(exc.__traceback__)
+            if blamed is None:
+                raise
+            who, where = blamed
+            raise PluginError(f"{who} failed in {where}: {_exception_line(exc)}") from exc
+
+    def blame(self, tb: TracebackType | None) -> tuple[str, str] | None:
+        """Whose code a traceback went through, innermost first, and where: a component's method (its kind,
+        name and distribution), else a hook implementation, else any function of a plugin's package."""
+        frames = []
+        while tb is not None:
+            frames.append(tb.tb_frame)
+            tb = tb.tb_next
+        frames.reverse()
+        classes = {cls: (kind, name, info) for kind, found in self._components.items()
+                   for name, (cls, info) in found.items()}
+        for frame in frames:
+            for local in ("self", "cls"):
+                obj = frame.f_locals.get(local)
+                hit = classes.get(obj if isinstance(obj, type) else type(obj)) if obj is not None else None
+                if hit is not None:
+                    kind, name, info = hit
+                    return f"{KIND_WORDS[kind]} {name!r} of {info.distribution}", frame.f_code.co_name
+        by_module = {p.module: p for p in self.plugins}
+        hooks = {impl.function.__code__: (by_module[plugin], caller.name) for plugin in by_module
+                 for caller in self.pm.get_hookcallers(plugin) or ()
+                 for impl in caller.get_hookimpls() if impl.plugin is plugin and hasattr(impl.function, "__code__")}
+        packages = {p.module.__name__.partition(".")[0]: p for p in self.plugins
+                    if isinstance(p.module, ModuleType) and not p.module.__name__.startswith("causalab_core")}
+        for frame in frames:
+            if frame.f_code in hooks:
+                info, hook = hooks[frame.f_code]
+                return f"plugin {info.name!r} of {info.distribution}", f"its {hook} hook"
+        for frame in frames:
+            info = packages.get(str(frame.f_globals.get("__name__", "")).partition(".")[0])
+            if info is not None:
+                return f"plugin {info.name!r} of {info.distribution}", frame.f_code.co_name
+        return None
 
     def combined_digest(self) -> str:
         """One sha256 over core's and every loaded plugin's name, version and digest."""
@@ -145,7 +205,10 @@ def build_registry(extra: tuple[Any, ...] = (), blocked: tuple[str, ...] = ()) -
         pm.set_blocked(name)
     infos: list[PluginInfo] = []
     refuse_shared_entry_points()
-    pm.load_setuptools_entrypoints(PROJECT)
+    try:
+        pm.load_setuptools_entrypoints(PROJECT)
+    except Exception as exc:
+        raise _load_failure(exc) from exc
     for plugin, dist in pm.list_plugin_distinfo():
         name = pm.get_name(plugin)
         infos.append(_info(pm, name, plugin, dist.metadata["name"]))
@@ -158,6 +221,78 @@ def build_registry(extra: tuple[Any, ...] = (), blocked: tuple[str, ...] = ()) -
     except pluggy.PluginValidationError as exc:
         raise PluginError(str(exc)) from None
     return Registry(pm, infos)
+
+
+def _exception_line(exc: BaseException) -> str:
+    """``Type: message`` on one line, the message cut as a plugin's own text is."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {clip(text)}" if text else type(exc).__name__
+
+
+@contextmanager
+def _blamed(who: str, where: str) -> Iterator[None]:
+    """A plugin call whose owner is known: any exception but a deliberate `CausalabError` is one line."""
+    try:
+        yield
+    except CausalabError:
+        raise
+    except Exception as exc:
+        raise PluginError(f"{who} failed in {where}: {_exception_line(exc)}") from exc
+
+
+def _load_failure(exc: Exception) -> CausalabError:
+    """A plugin whose entry point failed to load (import error, a bad hook signature): which one."""
+    if isinstance(exc, CausalabError):
+        return exc
+    tb, ep, dist = exc.__traceback__, None, None
+    while tb is not None:  # pluggy's loading loop holds the entry point it was loading
+        if tb.tb_frame.f_code.co_name == "load_setuptools_entrypoints" and "ep" in tb.tb_frame.f_locals:
+            ep, dist = tb.tb_frame.f_locals["ep"], tb.tb_frame.f_locals.get("dist")
+        tb = tb.tb_next
+    if ep is None:
+        return PluginError(f"loading the causalab plugins failed: {_exception_line(exc)}")
+    owner = dist.metadata["name"] if dist is not None else "?"
+    return PluginError(f"plugin {ep.name!r} of {owner} failed to load ({ep.value}): {_exception_line(exc)}")
+
+
+def command_plugins() -> list[tuple[str, Any]]:
+    """(distribution, module) of each entry-point plugin that adds commands, loading no other plugin:
+    a module is imported only where its source names the ``causalab_commands`` hook (or where it has
+    no source to read), so `causalab --help` starts without torch and the plugins that import it."""
+    refuse_shared_entry_points()
+    found = []
+    for dist in importlib.metadata.distributions():
+        for ep in dist.entry_points:
+            if ep.group != PROJECT:
+                continue
+            source = None if ep.attr else _module_source(ep.module)
+            if source is not None and "causalab_commands" not in source:
+                continue
+            with _blamed(f"plugin {ep.name!r} of {dist.metadata['name']}", f"loading ({ep.value})"):
+                module = ep.load()
+            if getattr(module, "causalab_commands", None) is not None:
+                found.append((dist.metadata["name"], module))
+    return found
+
+
+def _module_source(name: str) -> str | None:
+    """The source text of module ``name`` without importing it (nor its parent packages), where it has one."""
+    top, _, rest = name.partition(".")
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if not rest:
+        paths = [Path(spec.origin)] if spec.origin else []
+    else:
+        paths = [Path(base, *rest.split(".")).with_suffix(".py") for base in spec.submodule_search_locations or ()]
+        paths += [Path(base, *rest.split("."), "__init__.py") for base in spec.submodule_search_locations or ()]
+    for path in paths:
+        if path.suffix == ".py" and path.is_file():
+            return path.read_text(encoding="utf-8", errors="replace")
+    return None
 
 
 def refuse_shared_entry_points() -> None:

@@ -269,3 +269,22 @@ def test_a_position_form_two_resolvers_accept_is_refused_naming_both(write_doc, 
     registry = build_registry(extra=(module,))
     with pytest.raises(DocumentError, match=r"position -4 is accepted by more than one resolver \(greedy, index\)"):
         api.plan(write_doc(sweep_document(str(tiny_llama)), weekday_rows(4)), registry=registry)
+
+
+def test_plugins_lists_everything_and_warns_on_stderr_of_a_name_two_plugins_offer(monkeypatch):
+    from causalab_core import plugins
+
+    registry = build_registry(extra=(_inline_plugin("imposter", "causalab-imposter", "iia"),
+                                     _inline_plugin("copycat", "causalab-copycat", "kl")))
+    monkeypatch.setattr(plugins, "registry", lambda: registry)
+    result = CliRunner().invoke(app, ["plugins"])
+    assert result.exit_code == 0
+    listing = {p["distribution"]: p for p in json.loads(result.stdout)}
+    assert {"causalab-imposter", "causalab-copycat", "causalab-metrics"} <= set(listing)
+    assert "p_answer" in listing["causalab-metrics"]["provides"]["metric"]  # the unclashed names still listed
+    assert result.stderr.splitlines() == [
+        "warning: metric name 'iia' is provided by causalab-metrics and by causalab-imposter: a document naming it "
+        "is refused; uninstall one of them",
+        "warning: metric name 'kl' is provided by causalab-metrics and by causalab-copycat: a document naming it "
+        "is refused; uninstall one of them",
+    ]
