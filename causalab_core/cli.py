@@ -201,11 +201,15 @@ def plot(
 ) -> None:
     """Draw each metric's summary over the sweep (heatmap for two axes) as FOLDER/<metric>.png."""
     with reported(verbose):
-        from causalab_core.plot import plot_metric, run_document
+        from causalab_core.plot import _document, plot_metric
+        from causalab_core.table import load
 
-        document = run_document(folder)
+        run = load(folder)  # read once, every file checked against the manifest
+        document, notes = _document(run), []
         for name in metric or list(document["metrics"]):
-            print(plot_metric(folder, name, document))
+            print(plot_metric(folder, name, document, notes, run))
+        for note in notes:
+            err.print(f"causalab: {note}", markup=False)
 
 
 @app.command()

@@ -2,15 +2,89 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
 
-from causalab_core.table import load, metric_files
+from causalab_core.table import LoadedRun, load, metric_files
+
+SHOWN = 3
+"""Points and document paths named in the one line that says two runs are not of one experiment."""
+SETTING = ("name", "description", "sweep", "model")
+"""Document fields the experiment check leaves out: names, or what it reports on its own (points, model)."""
 
 
-def _by_file(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in metric_files(folder)}
+def _by_file(run: LoadedRun) -> dict[str, bytes]:
+    return {rel: run.files[rel] for rel in metric_files(run.folder, run.files)}
+
+
+def _paths(a: Any, b: Any, where: str = "$") -> list[str]:
+    """The JSON paths at which two documents differ, shallowest first."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [p for key in sorted(set(a) | set(b), key=str)
+                for p in (_paths(a.get(key), b.get(key), f"{where}.{key}") if key in a and key in b else [f"{where}.{key}"])]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [p for i, (x, y) in enumerate(zip(a, b)) for p in _paths(x, y, f"{where}[{i}]")]
+    return [] if a == b and type(a) is type(b) else [where]
+
+
+def _rows(run: LoadedRun) -> tuple[int | None, str | None]:
+    """How many data rows the run scored, and their sha256 where run.json records it."""
+    data = run.run.get("data") if isinstance(run.run, dict) else None
+    digest = data.get("sha256") if isinstance(data, dict) else None
+    counts = {len(json.loads(run.files[rel])["values"]) for rel in metric_files(run.folder, run.files)}
+    return (counts.pop() if len(counts) == 1 else None), digest
+
+
+def _named(items: list[str]) -> str:
+    return ", ".join(items[:SHOWN]) + (f" and {len(items) - SHOWN} more" if len(items) > SHOWN else "")
+
+
+def experiment(left: LoadedRun, right: LoadedRun) -> dict[str, Any]:
+    """What makes two runs not of one experiment: ``{"document": [paths], "model": ..., "data": ...,
+    "points": {...}}`` for each that differs (empty when they are of one), and ``engines`` when they differ."""
+    differs: dict[str, Any] = {}
+    doc_a, doc_b = left.document, right.document
+    (count_a, digest_a), (count_b, digest_b) = _rows(left), _rows(right)
+    skip = set(SETTING) | ({"data"} if digest_a and digest_b else set())  # the same rows from another path
+    paths = _paths({k: v for k, v in doc_a.items() if k not in skip}, {k: v for k, v in doc_b.items() if k not in skip})
+    if paths:
+        differs["document"] = paths
+    if doc_a.get("model") != doc_b.get("model"):
+        differs["model"] = [doc_a.get("model"), doc_b.get("model")]
+    if count_a != count_b or digest_a != digest_b:
+        differs["data"] = {"rows": [count_a, count_b], "sha256": [digest_a, digest_b]}
+    points_a = {r["point"] for r in left.records["summaries"]}
+    points_b = {r["point"] for r in right.records["summaries"]}
+    if points_a != points_b or list(left.axes) != list(right.axes):
+        differs["points"] = {"only_in_a": sorted(points_a - points_b), "only_in_b": sorted(points_b - points_a),
+                             "axes": [list(left.axes), list(right.axes)]}
+    engines = [left.run.get("engine"), right.run.get("engine")] if isinstance(left.run, dict) and \
+        isinstance(right.run, dict) else [None, None]
+    return {"differs": differs, **({"engines": engines} if engines[0] != engines[1] else {})}
+
+
+def _experiment_line(found: dict[str, Any], a: str, b: str) -> str | None:
+    """One line: what makes the two runs not of one experiment, or None."""
+    differs, said = found["differs"], []
+    if "document" in differs:
+        said.append(f"the documents differ at {_named(differs['document'])}")
+    if "model" in differs:
+        said.append("the models differ ({})".format(" vs ".join(
+            str((m or {}).get("key")) + (f"@{m['revision']}" if (m or {}).get("revision") else "") for m in differs["model"])))
+    if "data" in differs:
+        rows = differs["data"]["rows"]
+        said.append(f"the data rows differ ({rows[0]} vs {rows[1]} rows)" if rows[0] != rows[1] else
+                    f"the data rows differ (both {rows[0]} rows, other rows or another order)")
+    if "points" in differs:
+        points = differs["points"]
+        parts = [f"{len(points[k])} only in {side}: {_named(points[k])}"
+                 for k, side in (("only_in_a", a), ("only_in_b", b)) if points[k]]
+        if points["axes"][0] != points["axes"][1]:
+            parts.insert(0, "sweep axes {} vs {}".format(*(", ".join(x) or "none" for x in points["axes"])))
+        said.append(f"the points differ ({'; '.join(parts)})")
+    return f"{a} and {b} are not runs of one experiment: {'; '.join(said)}" if said else None
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -28,12 +102,14 @@ def _grouped(rows: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str,
 def compare(a: str | Path, b: str | Path) -> dict[str, Any]:
     """``{"identical": bool, "metrics": {name: {...}}, "only_in_a": [...], "only_in_b": [...]}``.
 
+    ``same_experiment``: whether the documents (but their name and description), model, data rows and
+    points agree; ``experiment`` says what differs, and ``engines`` where the runs ran on two engines.
     Per metric: ``files`` (in both), ``files_differ``, ``rows`` (compared), ``rows_differ``,
     ``largest_difference`` (over rows both scored with a finite number), ``not_a_number_differs``, ``flips`` (``{point: [row, ...]}`` for IIA: rows whose
     0/1 outcome changed), ``eligibility_differs`` (rows scored in one run only).
     """
     left, right = load(a), load(b)
-    files_a, files_b = _by_file(left.folder), _by_file(right.folder)
+    files_a, files_b = _by_file(left), _by_file(right)
     rows_a, rows_b = _grouped(left.records["rows"]), _grouped(right.records["rows"])
     metrics: dict[str, dict[str, Any]] = {}
     for rel in sorted(set(files_a) & set(files_b)):
@@ -64,16 +140,22 @@ def compare(a: str | Path, b: str | Path) -> dict[str, Any]:
                 entry["flips"].setdefault(point, []).append(x["row"])
     only_a = sorted(set(files_a) - set(files_b))
     only_b = sorted(set(files_b) - set(files_a))
-    identical = not only_a and not only_b and all(m["files_differ"] == 0 for m in metrics.values())
-    return {"identical": identical, "metrics": metrics, "only_in_a": only_a, "only_in_b": only_b}
+    found = experiment(left, right)
+    identical = (not only_a and not only_b and all(m["files_differ"] == 0 for m in metrics.values())
+                 and not found["differs"])
+    return {"identical": identical, "same_experiment": not found["differs"], "experiment": found,
+            "metrics": metrics, "only_in_a": only_a, "only_in_b": only_b}
 
 
 def describe(report: dict[str, Any], a: str, b: str) -> str:
-    """The report as lines a person reads."""
+    """The report as lines a person reads: first, whether the runs are of one experiment at all."""
+    engines = report["experiment"].get("engines")
+    ran = f" (engines {engines[0]} and {engines[1]})" if engines else ""
     if report["identical"]:
         files = sum(m["files"] for m in report["metrics"].values())
-        return f"{a} and {b}: identical ({files} metric files)"
-    lines = [f"{a} and {b} differ:"]
+        return f"{a} and {b}: identical ({files} metric files){ran}"
+    other = _experiment_line(report["experiment"], a, b)
+    lines = ([other] if other else []) + [f"{a} and {b} differ{ran}:"]
     for name, m in report["metrics"].items():
         if not m["files_differ"]:
             lines.append(f"  {name}: identical ({m['files']} files)")

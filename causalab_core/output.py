@@ -72,6 +72,59 @@ def _read_manifest(folder: Path) -> dict[str, str] | None:
     return None if listing is None else listing[0]
 
 
+UNTRUSTED = "the run's numbers cannot be read from it"
+
+
+def read_run(folder: Path) -> dict[str, bytes]:
+    """Every file a finished run's manifest lists, by path, each checked against its sha256 there.
+
+    What every reader of a run (``load``, ``table``, ``compare``, ``plot``) reads, and all it reads: a file
+    changed or removed since causalab wrote it is refused in one line, and a file the manifest does not
+    list is never read as the run's."""
+    listing = _read_listing(folder)
+    if listing is None:
+        raise OutputError(f"{echo(str(folder))} is not a causalab output folder (no {MANIFEST} of causalab's)")
+    listed, pending = listing
+    files = {}
+    for rel, digest in sorted(listed.items()):
+        files[rel] = vouched(folder, rel, {digest, pending.get(rel)})
+    return files
+
+
+def vouched(folder: Path, rel: str, digests: set[str | None]) -> bytes:
+    """The bytes of ``folder/rel`` where their sha256 is one of ``digests``; else one line saying why not."""
+    path = folder / rel
+    if Path(rel).is_absolute() or ".." in Path(rel).parts:
+        raise OutputError(f"{echo(str(folder / MANIFEST))} lists {echo(rel)}, outside the folder; {UNTRUSTED}")
+    try:
+        if path.is_symlink() or (path.exists() and not path.is_file()):  # a link or a FIFO is never read
+            raise OutputError(f"{echo(str(path))} changed since causalab wrote it; {UNTRUSTED}")
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise OutputError(f"{echo(str(path))} is missing; {UNTRUSTED}") from None
+    except OSError as exc:
+        raise OutputError(f"{echo(str(path))} cannot be read: {exc.strerror or exc}") from None
+    if _digest(data) not in digests:
+        raise OutputError(f"{echo(str(path))} changed since causalab wrote it; {UNTRUSTED}")
+    return data
+
+
+def vouched_file(path: Path) -> bytes:
+    """A file's bytes, checked against the manifest of the causalab output folder it lies in, if any (a
+    featurizer file a document loads from a previous run): a file copied out of any run is read as it is."""
+    resolved = path.resolve()
+    for folder in resolved.parents:
+        listing = _read_listing(folder)
+        if listing is None:
+            continue
+        rel = str(resolved.relative_to(folder))
+        if rel not in listing[0]:
+            raise OutputError(f"{echo(str(path))} is not listed in the {MANIFEST} of the causalab output it "
+                              f"lies in; {UNTRUSTED}")
+        return vouched(folder, rel, {listing[0][rel]})
+    return path.read_bytes()  # an OSError is the caller's to name
+
+
 def _leftover(name: str) -> re.Pattern:
     """What an interrupted run on ``name`` leaves beside it: its unfinished or its replaced folder."""
     n = re.escape(name)

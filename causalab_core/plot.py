@@ -1,48 +1,54 @@
-"""Plots of a finished sweep: one PNG per metric, the summary mean at each point."""
+"""Plots of a finished sweep: one PNG per metric, the summary mean at each point.
+
+What is drawn is read through ``causalab_core.load``: only files the run's manifest lists, each checked
+against it, so a metric file changed since the run is refused, never drawn."""
 
 from __future__ import annotations
 
 import io
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 from causalab_core.compiler.sweep import axis_label
 from causalab_core.errors import OutputError, echo, shorten
 from causalab_core.output import add_file
-
+from causalab_core.table import LoadedRun, load
 
 LITERAL = {"parse_math": False}
 """Every text a user wrote (names, sweep values) is drawn as written: a ``$`` is a dollar, never mathtext."""
-
-
-def _read(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise OutputError(f"{path}: no such file (not a causalab output folder?)") from None
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise OutputError(f"{path}: cannot be read as JSON: {shorten(str(exc))}") from None
+TOKEN_CHARS = 16
+"""A position's token in a tick label is cut to about this many characters."""
 
 
 def run_document(folder: Path) -> dict[str, Any]:
-    """The validated document a finished run wrote, as JSON."""
-    path = folder / "document.json"
-    document = _read(path)
+    """The validated document a finished run wrote, as JSON (checked against the run's manifest)."""
+    return _document(load(folder))
+
+
+def _document(run: LoadedRun) -> dict[str, Any]:
+    path, document = run.folder / "document.json", run.document
     if not isinstance(document, dict) or not isinstance(document.get("metrics"), dict):
         raise OutputError(f"{path}: not a document causalab wrote (no metrics)")
-    sweep = document.get("sweep", {})
-    if not isinstance(sweep, dict):
-        raise OutputError(f"{path}: $.sweep: not a document causalab wrote (the sweep is not an object)")
-    for axis, values in sweep.items():
-        if not isinstance(values, list) or not values:
+    for axis, values in (document.get("sweep") or {}).items():
+        if not values:
             raise OutputError(f"{path}: $.sweep.{shorten(axis)}: not a document causalab wrote "
                               f"(an axis is a list of values, got {echo(values)})")
     return document
 
 
-def sweep_table(folder: Path, metric: str, document: dict[str, Any]) -> tuple[list[str], dict[tuple, float | None]]:
-    """The sweep's axes and each point's summary mean, read from a run's output folder."""
+def _mean(value: Any) -> float | None:
+    """A summary mean as a number, None where it is not defined (no eligible row, NaN)."""
+    if value is None:
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def sweep_table(run: LoadedRun, metric: str, document: dict[str, Any]) -> tuple[list[str], dict[tuple, float | None]]:
+    """The sweep's axes and each point's summary mean (None where undefined), keyed by axis labels."""
+    folder = run.folder
     if metric not in document["metrics"]:
         raise OutputError(f"{folder}: the run has no metric {echo(metric)} "
                           f"(it has {shorten(', '.join(map(str, document['metrics'])))})")
@@ -50,33 +56,88 @@ def sweep_table(folder: Path, metric: str, document: dict[str, Any]) -> tuple[li
     if not axes:
         raise OutputError(f"{folder}: the run has no sweep to plot")
     means = {}
-    for path in sorted(folder.glob(f"*/{metric}.json")):
-        content = _read(path)
+    for rel, content in _metric_contents(run, metric):
         try:
-            mean = content["summary"].get("mean")
-            means[tuple(axis_label(content["point"][a]) for a in axes)] = None if mean is None else float(mean)
+            means[tuple(axis_label(content["point"][a]) for a in axes)] = _mean(content["summary"].get("mean"))
         except (KeyError, TypeError, AttributeError, ValueError):
-            raise OutputError(f"{path}: not a metric file causalab wrote (no point, or no numeric summary)") from None
+            raise OutputError(f"{folder / rel}: not a metric file causalab wrote (no point, or no numeric summary)") from None
     if not means:
         raise OutputError(f"{folder}: no {metric}.json in any sweep point")
     return axes, means
 
 
-def plot_metric(folder: Path, metric: str, document: dict[str, Any] | None = None) -> Path:
-    """Write ``<folder>/<metric>.png``: a heatmap over two axes, a line over one."""
+def _metric_contents(run: LoadedRun, metric: str) -> list[tuple[str, dict[str, Any]]]:
+    return [(rel, json.loads(run.files[rel])) for rel in sorted(run.files)
+            if rel.count("/") == 1 and rel.endswith(f"/{metric}.json")]
+
+
+def _position_axes(document: dict[str, Any]) -> dict[str, list[str]]:
+    """Each sweep axis a read's or write's position takes: the names of those reads and writes, writes first."""
+    found: dict[str, list[str]] = {}
+    for part in ("writes", "reads"):
+        for name, spec in (document.get(part) or {}).items():
+            position = spec.get("position") if isinstance(spec, dict) else None
+            if isinstance(position, dict) and set(position) == {"sweep"}:
+                found.setdefault(position["sweep"], []).append(name)
+    return found
+
+
+def _token(record: dict[str, Any]) -> str | None:
+    """The text at a position, as its record shows it: one row's, or ``varies: <first row's>, …``."""
+    texts = ["".join(map(str, row.get("tokens") or [])) for row in record.get("rows", [])
+             if isinstance(row, dict) and row.get("tokens")]
+    if not texts:
+        return None
+    shown = [text.strip() or repr(text) for text in texts]
+    shown = [text if len(text) <= TOKEN_CHARS else text[:TOKEN_CHARS - 1] + "…" for text in shown]
+    return shown[0] if len(set(texts)) == 1 else f"varies: {shown[0]}, …"
+
+
+def token_labels(run: LoadedRun, metric: str, document: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """Per position axis, each value's label with the token it lands on (``-4 (Monday)``), read off the
+    positions record of the metric files; the write that patches there first, else a read."""
+    named = _position_axes(document)
+    labels: dict[str, dict[str, str]] = {}
+    for _, content in _metric_contents(run, metric):
+        records = content.get("positions") or {}
+        for axis, names in named.items():
+            value = (content.get("point") or {}).get(axis)
+            label = axis_label(value)
+            if label in labels.get(axis, {}):
+                continue
+            token = next((t for t in (_token(records[n]) for n in names if isinstance(records.get(n), dict)) if t), None)
+            if token is not None:
+                labels.setdefault(axis, {})[label] = f"{label} ({token})"
+    return labels
+
+
+def plot_metric(folder: Path, metric: str, document: dict[str, Any] | None = None,
+                notes: list[str] | None = None, run: LoadedRun | None = None) -> Path:
+    """Write ``<folder>/<metric>.png``: a heatmap over two axes, a line over one.
+
+    A point whose mean is undefined is drawn as ``n/a``; where no point has one the figure says so, and
+    so does a line added to ``notes``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    document = document or run_document(folder)
-    axes, means = sweep_table(folder, metric, document)
+    run = run or load(folder)
+    document = document or _document(run)
+    axes, means = sweep_table(run, metric, document)
+    tokens = token_labels(run, metric, document)
     values = {a: [axis_label(v) for v in document["sweep"][a]] for a in axes}
+    ticks = {a: [tokens.get(a, {}).get(v, v) for v in values[a]] for a in axes}
+    undefined = sum(1 for v in means.values() if v is None)
     fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
     if len(axes) == 1:
         xs = values[axes[0]]
-        ax.plot(range(len(xs)), [means.get((x,)) for x in xs], marker="o")
-        ax.set_xticks(range(len(xs)), xs, **LITERAL)
+        ys = [means.get((x,)) for x in xs]
+        ax.plot(range(len(xs)), [float("nan") if y is None else y for y in ys], marker="o")
+        for i, y in enumerate(ys):
+            if y is None and undefined < len(means):
+                ax.annotate("n/a", (i, 0), xycoords=("data", "axes fraction"), ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(range(len(xs)), ticks[axes[0]], **LITERAL)
         ax.set_xlabel(axes[0], **LITERAL)
         ax.set_ylabel(metric, **LITERAL)
     else:
@@ -84,15 +145,24 @@ def plot_metric(folder: Path, metric: str, document: dict[str, Any] | None = Non
         grid = [[means.get(_key(axes, {axes[0]: c, axes[1]: r}, values)) for c in cols] for r in rows]
         grid = [[float("nan") if v is None else v for v in row] for row in grid]
         image = ax.imshow(grid, aspect="auto", cmap="viridis", origin="lower")
-        ax.set_xticks(range(len(cols)), cols, **LITERAL)
-        ax.set_yticks(range(len(rows)), rows, **LITERAL)
+        ax.set_xticks(range(len(cols)), ticks[axes[0]], **LITERAL)
+        ax.set_yticks(range(len(rows)), ticks[axes[1]], **LITERAL)
         ax.set_xlabel(axes[0], **LITERAL)
         ax.set_ylabel(axes[1], **LITERAL)
         for i, row in enumerate(grid):
             for j, v in enumerate(row):
-                if v == v:  # not NaN
-                    ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="w" if image.norm(v) < 0.5 else "k")
+                shown, light = (f"{v:.2f}", image.norm(v) < 0.5) if v == v else ("n/a", False)
+                if v == v or undefined < len(means):
+                    ax.text(j, i, shown, ha="center", va="center", fontsize=7, color="w" if light else "k")
         fig.colorbar(image, ax=ax).set_label(metric, **LITERAL)
+    if undefined == len(means):
+        ax.text(0.5, 0.5, f"no point has a defined {metric}:\nno eligible row, or the metric is undefined on every row",
+                transform=ax.transAxes, ha="center", va="center", fontsize=9, wrap=True, **LITERAL)
+        if notes is not None:
+            notes.append(f"{metric}: no point has a defined value (no eligible row, or the metric is undefined "
+                         "on every row); the plot says so")
+    elif undefined and notes is not None:
+        notes.append(f"{metric}: {undefined} of {len(means)} points have no defined value (drawn as n/a)")
     ax.set_title(f"{document.get('name') or folder.name}: {metric}", **LITERAL)
     fig.tight_layout()
     png = io.BytesIO()

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any
 
+from causalab_core.document.load import safetensors_metadata
 from causalab_core.errors import OutputError, echo
-from causalab_core.output import MANIFEST, _read_manifest
+from causalab_core.output import MANIFEST, _read_manifest, read_run
 from causalab_core.results import NOT_A_NUMBER
 
 TOP_FILES = {"document.json", "run.json", MANIFEST, "data.jsonl"}
@@ -25,6 +26,8 @@ class LoadedRun:
     run: dict[str, Any]
     axes: tuple[str, ...]
     records: dict[str, list[dict[str, Any]]]
+    files: dict[str, bytes] = field(default_factory=dict, repr=False)
+    """Every file the manifest lists, by path, as checked against it: what the tables were read from."""
 
     @property
     def rows(self) -> Any:
@@ -51,19 +54,19 @@ def _frame(records: list[dict[str, Any]]) -> Any:
     return pandas.DataFrame.from_records(records)
 
 
-def _json(path: Path) -> Any:
+def _json(folder: Path, rel: str, data: bytes) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise OutputError(f"{echo(str(path))}: not a readable causalab output file ({type(exc).__name__})") from None
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise OutputError(f"{echo(str(folder / rel))}: not a readable causalab output file ({type(exc).__name__})") from None
 
 
-def metric_files(folder: Path) -> list[Path]:
-    """Every metric file of a run folder, in a stable order: top-level ones, then each point's."""
-    found = [p for p in sorted(folder.glob("*.json")) if p.name not in TOP_FILES]
-    for point in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        found += [p for p in sorted(point.glob("*.json")) if p.name != "document.json"]
-    return found
+def metric_files(folder: Path, listed: Iterable[str] | None = None) -> list[str]:
+    """Every metric file of a run folder that its manifest lists (paths inside it): top-level ones, then each point's."""
+    listed = sorted(_read_manifest(folder) or {}) if listed is None else sorted(listed)
+    top = [rel for rel in listed if "/" not in rel and rel.endswith(".json") and rel not in TOP_FILES]
+    return top + [rel for rel in listed if rel.count("/") == 1 and rel.endswith(".json")
+                  and not rel.endswith("/document.json") and not rel.startswith(".")]
 
 
 FIELDS = ("point", "metric", "kind", "row", "eligible", "value", "name", "file")
@@ -72,18 +75,6 @@ FIELDS = ("point", "metric", "kind", "row", "eligible", "value", "name", "file")
 
 def _axis(name: str) -> str:
     return f"sweep_{name}" if name in FIELDS else name
-
-
-def _checked(folder: Path) -> None:
-    """Refuse a folder whose files are not what causalab wrote (its manifest's sha256 of each)."""
-    listed = _read_manifest(folder)
-    if listed is None:
-        raise OutputError(f"{echo(str(folder))} is not a causalab output folder (no manifest.json of causalab's)")
-    for rel, digest in sorted(listed.items()):
-        path = folder / rel
-        if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != digest:
-            what = "is missing" if not path.is_file() else "changed since causalab wrote it"
-            raise OutputError(f"{echo(str(path))} {what}; the run's numbers cannot be read from it")
 
 
 def _valid(content: Any) -> bool:
@@ -97,37 +88,85 @@ def _valid(content: Any) -> bool:
                     for v in values))
 
 
+def axis_label(value: Any) -> str:
+    from causalab_core.compiler.sweep import axis_label  # the compiler package loads torch: only when needed
+
+    return axis_label(value)
+
+
+def hashable(values: list[Any]) -> list[Any]:
+    """A sweep axis's values as table cells: numbers, strings or booleans as they are (one kind per axis);
+    any other axis (objects, lists, a mix) by the label its point folders show, so a pivot can group by it."""
+    kinds = {"number" if isinstance(v, (int, float)) and not isinstance(v, bool) else type(v).__name__ for v in values}
+    if len(kinds) == 1 and kinds <= {"number", "str", "bool"}:
+        return list(values)
+    return [axis_label(v) for v in values]
+
+
+def _order(document: dict[str, Any], content: dict[str, Any]) -> tuple:
+    """Where a point stands in the sweep's own order (its values' places in the document's axes)."""
+    sweep, point = document.get("sweep") or {}, content.get("point") or {}
+    places = []
+    for axis, values in sweep.items():
+        place = _place(values, point.get(axis))
+        places.append(len(values) if place is None else place)
+    return tuple(places)
+
+
 def load(out: str | Path) -> LoadedRun:
     """Read a finished causalab output folder (any engine, any document, with or without a sweep).
 
-    Every file is checked against the folder's manifest first: a file changed or removed since the run
-    is refused in one line, never read as if it were the run's."""
+    Only what the folder's manifest lists is read, each file checked against it first: a file changed or
+    removed since the run is refused in one line, never read as if it were the run's. Points come in the
+    sweep's own order, each point's metrics in the document's; a sweep axis of objects (positions such as
+    ``{"variable": ...}``) is shown by its label, so the tables group and pivot on it."""
     folder = Path(out)
-    if not (folder / "run.json").is_file() or not (folder / "document.json").is_file():
+    files = read_run(folder)
+    if "run.json" not in files or "document.json" not in files:
         raise OutputError(f"{echo(str(folder))} is not a causalab output folder (no run.json and document.json)")
-    _checked(folder)
-    document = _json(folder / "document.json")
-    axes = tuple((document.get("sweep") or {}) if isinstance(document, dict) else ())
-    rows, summaries, featurizers, points = [], [], [], {}
-    for path in metric_files(folder):
-        content = _json(path)
+    document = _json(folder, "document.json", files["document.json"])
+    sweep = (document.get("sweep") or {}) if isinstance(document, dict) else {}
+    if not isinstance(sweep, dict) or not all(isinstance(v, list) for v in sweep.values()):
+        raise OutputError(f"{echo(str(folder / 'document.json'))}: $.sweep: not a document causalab wrote")
+    axes = tuple(sweep)
+    shown = {axis: hashable(values) for axis, values in sweep.items()}
+    metric_order = list(document.get("metrics") or {})
+    contents = []
+    for rel in metric_files(folder, files):
+        content = _json(folder, rel, files[rel])
         if not _valid(content):
-            raise OutputError(f"{echo(str(path))}: not a causalab metric file")
-        point = path.parent.name if path.parent != folder else ""
-        points[point] = {_axis(k): v for k, v in (content.get("point") or {}).items()}
+            raise OutputError(f"{echo(str(folder / rel))}: not a causalab metric file")
+        contents.append((rel, content))
+    contents.sort(key=lambda item: (_order(document, item[1]), metric_order.index(item[1]["metric"])
+                                    if item[1]["metric"] in metric_order else len(metric_order), item[0]))
+    rows, summaries, featurizers, points = [], [], [], {}
+    for rel, content in contents:
+        point = rel.rpartition("/")[0]
+        points[point] = {_axis(k): _shown(sweep, shown, k, v) for k, v in (content.get("point") or {}).items()}
         where = {**points[point], "point": point, "metric": content["metric"], "kind": content.get("kind")}
         for i, (value, eligible) in enumerate(zip(content["values"], content["eligible"])):
             # "NaN" / "Infinity" in the file (a value the metric could not compute) are floats here.
             rows.append({**where, "row": i, "eligible": eligible, "value": float(value) if isinstance(value, str) else value})
         summaries.append({**where, **content["summary"]})
-    for path in sorted(folder.glob("**/*.safetensors")):
-        from safetensors import safe_open
-
-        with safe_open(path, "pt") as f:
-            identity = f.metadata() or {}
-        point = path.parent.name if path.parent != folder else ""
-        where = {**points.get(point, {}), "point": point, "name": path.stem, "file": str(path.relative_to(folder))}
+    order = list(dict.fromkeys(rel.rpartition("/")[0] for rel, _ in contents))
+    for rel in sorted((r for r in files if r.endswith(".safetensors")),
+                      key=lambda r: (order.index(r.rpartition("/")[0]) if r.rpartition("/")[0] in order else len(order), r)):
+        identity = safetensors_metadata(files[rel], str(folder / rel))
+        point = rel.rpartition("/")[0]
+        where = {**points.get(point, {}), "point": point, "name": Path(rel).stem, "file": rel}
         featurizers.append({**where, **{k: v for k, v in identity.items() if k not in where}})
-    return LoadedRun(folder, document, _json(folder / "run.json"), axes,
-                     {"rows": rows, "summaries": summaries, "featurizers": featurizers})
+    return LoadedRun(folder, document, _json(folder, "run.json", files["run.json"]), axes,
+                     {"rows": rows, "summaries": summaries, "featurizers": featurizers}, files)
 
+
+def _place(values: list[Any], value: Any) -> int | None:
+    """Where ``value`` stands among an axis's values (1 and True, 1 and 1.0 told apart), or None."""
+    return next((i for i, v in enumerate(values) if v == value and type(v) is type(value)), None)
+
+
+def _shown(sweep: dict[str, list[Any]], shown: dict[str, list[Any]], axis: str, value: Any) -> Any:
+    """A point's value of ``axis`` as the tables show it."""
+    place = _place(sweep.get(axis, []), value)
+    if place is not None:
+        return shown[axis][place]
+    return value if isinstance(value, (int, float, str, bool)) or value is None else axis_label(value)

@@ -15,6 +15,7 @@ from causalab_core.contracts import RowText
 from causalab_core.document.load import Rows, load_rows, safetensors_metadata
 from causalab_core.document.schema import DataSpec
 from causalab_core.errors import DocumentError, PlanError, echo
+from causalab_core.output import vouched_file
 
 
 def data_digest(rows: tuple[dict, ...]) -> str:
@@ -66,7 +67,7 @@ def with_loaded_state(featurizer: Any, model: Any, site: Any, position: Any, whe
     # load_document checked the file already (with the document's name); this is the file as it is now.
     named = f"{where}.load: featurizer file {echo(str(path))}"
     try:
-        data = Path(path).read_bytes()
+        data = vouched_file(Path(path))  # a file of a causalab run: as its manifest lists it, or refused
     except OSError as exc:
         raise DocumentError(f"{named} cannot be read: {exc.strerror or exc}") from None
     found = safetensors_metadata(data, named)
