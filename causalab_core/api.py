@@ -15,7 +15,7 @@ from causalab_core.causal import rows_digest
 from causalab_core.compiler import compile_document
 from causalab_core.contracts import HERE, Remote
 from causalab_core.document import LoadedDocument, load_document
-from causalab_core.errors import EngineError, OutputError, echo, shorten
+from causalab_core.errors import EngineError, OutputError, clip, echo, shorten
 from causalab_core.ir import Plan
 from causalab_core.plugins import Registry, registry as default_registry
 from causalab_core.provenance import run_record
@@ -67,8 +67,11 @@ def engine_options(cls: type, options: dict[str, Any] | None) -> Any:
         return cls.Options.model_validate(options or {})
     except ValidationError as exc:
         error = exc.errors()[0]
-        key = str(error["loc"][0]) if error["loc"] else "?"
         known = ", ".join(cls.Options.model_fields) or "none"
+        if not error["loc"]:  # a model validator: about the options together, not one key
+            what = clip(error["msg"].removeprefix("Value error, "))
+            raise EngineError(f"--option: {what} for engine {cls.name!r} (its options: {known})") from None
+        key = str(error["loc"][0])
         # A union (e.g. true, false or "auto") fails once per member: say each, and what was given.
         msgs = dict.fromkeys(e["msg"] for e in exc.errors() if e["loc"][:1] == error["loc"][:1])
         what = "unknown option" if error["type"] == "extra_forbidden" else (
@@ -161,6 +164,7 @@ def _run(reg: Registry, path: str | Path, *, out: str | Path | None, engine: str
                     "causalab": reg.combined_digest(), "engine": engine, "batch size": batch_size,
                     "device map": device_map, "engine options": chosen.model_dump(mode="json")}
         store = open_store(out_path, identity, resume=resume)
+        runner.details.update(store.state["details"])  # resumed: what the engine said before (a remote one's jobs)
         try:
             run_kept(built, store, execute, lambda: runner.details, points_done)
         except BaseException:

@@ -7,7 +7,10 @@ import json
 import random
 from typing import Any
 
-from causalab_core.errors import DocumentError, echo
+from causalab_core.errors import DocumentError, PluginError, echo
+
+ROW_COLUMNS = ("base", "counterfactual", "base_answer", "cf_answer")
+"""The columns a generated row has whatever the model: both prompts and both answers."""
 
 
 def solve(model: Any, inputs: dict[str, Any], fixed: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -24,14 +27,38 @@ def variables(model: Any) -> tuple[str, ...]:
     return (*model.inputs, *model.mechanisms)
 
 
+def value_columns(model: Any, where: str = "") -> dict[str, tuple[str, str]]:
+    """Each variable's base and counterfactual value columns: ``v`` and ``cf_v``, renamed ``var_v`` and
+    ``cf_var_v`` where they would take a column every row has or a label's (a variable ``answer``: ``cf_answer``
+    is the counterfactual's answer text, which would overwrite its value). A clash renaming cannot undo
+    (``cf_day`` beside ``day``) is a `PluginError` naming the model and the variable."""
+    names = variables(model)
+    labels = {f"label_{v}": v for v in names}
+    columns = {v: (v, f"cf_{v}") for v in names}
+    for v, plain in columns.items():
+        if set(plain) & {*ROW_COLUMNS, *labels}:
+            columns[v] = (f"var_{v}", f"cf_var_{v}")
+    owner = {c: f"every row's {c!r} column" for c in ROW_COLUMNS} | {
+        c: f"the label column of variable {v!r}" for c, v in labels.items()}
+    for v, pair in columns.items():
+        for c in pair:
+            if c in owner:
+                at = f"{where}: " if where else ""
+                raise PluginError(f"{at}causal model {model.name!r}: variable {echo(v)} would write its value to "
+                                  f"{c!r}, which is {owner[c]}; rename the variable")
+            owner[c] = f"a value column of variable {v!r}"
+    return columns
+
+
 def row(model: Any, base: dict[str, Any], source: dict[str, Any], joint: tuple[tuple[str, ...], ...] = ()) -> dict[str, Any]:
-    """One row: both prompts, both answers, each variable of both, each single intervention's label, and the
-    label of each set of variables in ``joint`` (``label_a+b``: the base run takes all of them from the source)."""
+    """One row: both prompts, both answers, each variable of both (``value_columns``), each single
+    intervention's label, and the label of each set of variables in ``joint`` (``label_a+b``: the base run takes
+    all of them from the source)."""
     b, s = solve(model, base), solve(model, source)
     out = {}
-    for v in variables(model):
-        out[v], out[f"cf_{v}"] = _plain(b[v]), _plain(s[v])
-    # The prompts and answers as the model reads and says them (an ``answer`` variable's bare value yields).
+    for v, (base_column, cf_column) in value_columns(model).items():
+        out[base_column], out[cf_column] = _plain(b[v]), _plain(s[v])
+    # The prompts and answers as the model reads and says them.
     out |= {"base": model.prompt(b), "counterfactual": model.prompt(s),
             "base_answer": model.answer(b), "cf_answer": model.answer(s)}
     for v in variables(model):
@@ -59,6 +86,7 @@ def generate(model: Any, spec: Any, where: str) -> list[dict[str, Any]]:
             what = f"{unknown[0]!r} is not a variable" if unknown else "a set names each variable once, at least one"
             raise DocumentError(f"{where}.labels[{i}]: {what} of causal model {model.name!r} "
                                 f"(variables: {', '.join(variables(model))})")
+    value_columns(model, where)  # a variable clashing with a column: refused before any row is made
     joint = tuple(tuple(names) for names in spec.labels)
     known = [*variables(model), *("+".join(names) for names in joint)]
     unknown = [v for v in spec.distinct_labels if v not in known]

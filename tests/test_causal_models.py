@@ -7,6 +7,7 @@ import json
 import types
 
 import pytest
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from causalab_core import api, hookimpl
 from causalab_core.causal import generate, solve
@@ -14,6 +15,7 @@ from causalab_core.contracts import CausalModel
 from causalab_core.document.schema import CausalModelSpec
 from causalab_core.errors import DocumentError
 from causalab_core.plugins import build_registry, registry
+from causalab_testing.conformance import CausalModelConformance
 from causalab_testing.data import sweep_document
 from causalab_testing.models import COUNTS, DAYS
 
@@ -85,12 +87,13 @@ def test_the_toy_splits_have_no_duplicates_and_share_no_setting(kind, held_out):
 
 
 def test_the_weekdays_test_split_is_what_the_toy_model_never_trained_on():
-    from causalab_toy import tasks
+    from causalab_toy import tasks, weekday_split
 
     model = registry().get("causal_model", "weekdays")()
     for k, count in enumerate(tasks.COUNTS):
         for d, day in enumerate(tasks.DAYS):
             assert (model.split({"count": count, "day": day}) == "test") == tasks._weekday_test(k, d)
+            assert model.split({"count": count, "day": day}) == weekday_split(count, day)  # the public one
 
 
 @pytest.mark.parametrize("change,message", [
@@ -123,3 +126,94 @@ def test_an_intervention_on_a_set_of_variables_has_its_own_label():
         # by hand: the base day moved on by the counterfactual's count
         assert r["label_count"] == " " + DAYS[(DAYS.index(r["day"]) + COUNTS.index(r["cf_count"]) + 1) % 7]
         assert len({r["base_answer"], r["label_count"], r["label_day"], r["label_count+day"]}) == 4
+
+
+class TestWordWeekdaysConformance(CausalModelConformance):
+    @pytest.fixture
+    def causal_model(self):
+        return WordWeekdays()
+
+
+def test_a_variable_named_answer_keeps_its_values_beside_the_answer_texts():
+    """``cf_answer`` is the counterfactual's answer text: the variable ``answer`` is written as ``var_answer`` and
+    ``cf_var_answer`` (its counterfactual value used to be overwritten by the text); its label keeps its name."""
+    spec = CausalModelSpec(kind="word_weekdays", intervene=["day"], rows=20, split="train")
+    rows = generate(WordWeekdays(), spec, "$.data.causal_model")
+    for r in rows:
+        assert r["cf_answer"] == " " + r["cf_var_answer"] and r["base_answer"] == " " + r["var_answer"]
+        assert r["label_answer"] == r["cf_answer"] and "answer" not in r
+        assert {"day", "cf_day", "count", "cf_count", "label_day", "label_count"} <= set(r)
+
+
+class Clashing(WordWeekdays):
+    name = "clashing"
+
+
+@pytest.mark.parametrize("inputs,mechanisms,columns", [
+    (("count", "day"), {"base": ("count", "day")}, ("var_base", "cf_var_base")),  # a prompt's column
+    (("count", "day"), {"counterfactual": ("count", "day")}, ("var_counterfactual", "cf_var_counterfactual")),
+    (("count", "day"), {"base_answer": ("count", "day")}, ("var_base_answer", "cf_var_base_answer")),
+    (("count", "day", "label_day"), {"answer": ("count", "day")}, ("var_label_day", "cf_var_label_day")),  # a label's
+])
+def test_a_variable_taking_a_column_of_the_row_is_renamed(inputs, mechanisms, columns):
+    from causalab_core.causal import value_columns
+
+    model = type("Renamed", (Clashing,), {"inputs": inputs, "mechanisms": mechanisms})()
+    renamed = mechanisms if "label_day" not in inputs else {"label_day": None}
+    assert value_columns(model)[next(iter(renamed))] == columns
+    assert value_columns(model)["day"] == ("day", "cf_day")
+
+
+@pytest.mark.parametrize("inputs,message", [
+    (("count", "day", "cf_day"), "variable 'cf_day' would write its value to 'cf_day', which is a value column of "
+                                 "variable 'day'; rename the variable"),
+    (("count", "day", "var_answer"), "variable 'answer' would write its value to 'var_answer', which is a value "
+                                     "column of variable 'var_answer'; rename the variable"),
+])
+def test_a_variable_clash_renaming_cannot_undo_is_one_line_naming_model_and_variable(inputs, message, tiny_llama,
+                                                                                     write_doc):
+    from causalab_core.errors import PluginError
+
+    model = type("Shadow", (Clashing,), {"inputs": inputs})
+    module = types.ModuleType("causalab_shadow")
+    module.causalab_causal_models = hookimpl(lambda: [model])
+    document = sweep_document(str(tiny_llama), layers=[0], positions=[-1])
+    document["data"] = {"causal_model": {"kind": "clashing", "intervene": ["day"], "rows": 4, "split": "train"}}
+    path = write_doc(document)
+    with pytest.raises(PluginError) as raised:
+        api.plan(path, registry=build_registry(extra=(module,)))
+    assert raised.value.one_line() == f"PluginError: {path}: $.data.causal_model: causal model 'clashing': {message}"
+
+
+class DepthParams(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    depth: int = Field(1, ge=1)
+    wide: bool = False
+
+    @model_validator(mode="after")
+    def _deep_needs_wide(self):
+        if self.depth > 3 and not self.wide:
+            raise ValueError("depth above 3 needs wide=true")
+        return self
+
+
+class Deep(WordWeekdays):
+    name = "deep"
+    Params = DepthParams
+
+
+@pytest.mark.parametrize("extra,where,message", [
+    ({"depth": 5}, "$.data.causal_model", "depth above 3 needs wide=true"),  # a model validator: no key
+    ({"depth": 0}, "$.data.causal_model.depth", "Input should be greater than or equal to 1 (got 0)"),
+    ({"wide": "very"}, "$.data.causal_model.wide", "Input should be a valid boolean"),
+    ({"dept": 2}, "$.data.causal_model.dept", "unknown key"),
+])
+def test_causal_model_parameters_are_refused_at_their_json_path(extra, where, message, tiny_llama, write_doc):
+    module = types.ModuleType("causalab_deep")
+    module.causalab_causal_models = hookimpl(lambda: [Deep])
+    document = sweep_document(str(tiny_llama), layers=[0], positions=[-1])
+    document["data"] = {"causal_model": {"kind": "deep", "intervene": ["day"], "rows": 4, "split": "train", **extra}}
+    path = write_doc(document)
+    with pytest.raises(DocumentError) as raised:
+        api.plan(path, registry=build_registry(extra=(module,)))
+    assert raised.value.one_line().startswith(f"DocumentError: {path}: {where}: {message}")

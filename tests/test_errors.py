@@ -363,3 +363,40 @@ def test_huge_values_are_echoed_short(base_doc, write_doc, edit, needle):
     message = result.stderr
     assert message.count("\n") == 1 and len(message) < 600, (len(message), message[:300])
     assert needle in message and "characters)" in message and str(path) in message
+
+
+def test_an_engine_options_model_validator_error_names_no_empty_key(base_doc, write_doc, tmp_path):
+    """A model validator's error has no location: `--option: ...`, not `--option ?` or an empty key."""
+    import types
+
+    from pydantic import BaseModel, ConfigDict, model_validator
+
+    from causalab_core import api, hookimpl
+    from causalab_core.errors import EngineError
+    from causalab_core.plugins import build_registry
+    from causalab_hooks.engine import HooksEngine
+
+    class PairedOptions(BaseModel):
+        model_config = ConfigDict(frozen=True, extra="forbid")
+        fast: bool = False
+        exact: bool = True
+
+        @model_validator(mode="after")
+        def _not_both(self):
+            if self.fast and self.exact:
+                raise ValueError("fast and exact cannot both be true")
+            return self
+
+    class Paired(HooksEngine):
+        name = "paired"
+        Options = PairedOptions
+
+    module = types.ModuleType("causalab_paired")
+    module.causalab_engines = hookimpl(lambda: [Paired])
+    registry = build_registry(extra=(module,))
+    path = write_doc(base_doc, weekday_rows(4))
+    with pytest.raises(EngineError) as raised:
+        api.run(path, engine="paired", options={"fast": True}, out=tmp_path / "o", registry=registry)
+    assert raised.value.one_line() == ("EngineError: --option: fast and exact cannot both be true for engine 'paired' "
+                                       "(its options: fast, exact)")
+    assert not (tmp_path / "o").exists()

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from causalab_core.document.schema import DataSpec, Document, is_sweep_ref
-from causalab_core.errors import DocumentError, echo, shorten
+from causalab_core.errors import DocumentError, clip, echo, shorten
 
 
 @dataclass(frozen=True)
@@ -283,7 +283,9 @@ def generated_rows(spec: Any, where: str, registry: Any = None) -> tuple[list[di
         params = cls.Params.model_validate(spec.model_extra or {})
     except ValidationError as exc:
         error = exc.errors()[0]
-        raise DocumentError(f"{where}.{'.'.join(map(str, error['loc']))}: {error['msg']}") from None
+        # A model validator's error has no location: it is about the spec as a whole.
+        path = json_path(tuple(error["loc"]), spec.model_extra or {}).removeprefix("$")
+        raise DocumentError(f"{where}{path}: {clip(_describe(error))}") from None
     rows = generate(cls(params), spec, where)
     provider = registry.provider("causal_model", spec.kind)
     return rows, {"causal_model": spec.kind, "provider": f"{provider.distribution} {provider.version}",

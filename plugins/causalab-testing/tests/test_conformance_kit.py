@@ -13,8 +13,11 @@ import torch
 from pydantic import BaseModel, ConfigDict
 
 from causalab_core import api
-from causalab_core.contracts import Featurizer, Metric, PositionResolver, Resolved, RowText, mean_over_eligible
+from causalab_core.contracts import (
+    CausalModel, Featurizer, Metric, PositionResolver, Resolved, RowText, mean_over_eligible,
+)
 from causalab_testing.conformance import (
+    CausalModelConformance,
     EngineConformance,
     FeaturizerConformance,
     MetricConformance,
@@ -402,3 +405,122 @@ def test_engine_options_that_take_unknown_keys_fail():
         Options = LooseOptions
 
     fails(EngineConformance().test_options_forbid_unknown_keys, Loose(), match="engine 'hooks': LooseOptions accepted")
+
+
+# -- causal models -------------------------------------------------------------------
+
+
+class Sums(CausalModel):
+    """``total = a + b``, ``answer`` its last digit; a setting is in test where ``a`` is 3."""
+
+    name = "kit_sums"
+    inputs = ("a", "b")
+    mechanisms = {"total": ("a", "b"), "answer": ("total",)}
+
+    def sample(self, rng, variable):
+        return rng.randrange(10)
+
+    def compute(self, variable, parents):
+        return parents["a"] + parents["b"] if variable == "total" else str(parents["total"] % 10)
+
+    def prompt(self, values):
+        return f"{values['a']} plus {values['b']} ends in"
+
+    def answer(self, values):
+        return " " + values["answer"]
+
+    def split(self, inputs):
+        return "test" if inputs["a"] == 3 else "train"
+
+
+class OutOfOrder(Sums):
+    """Broken: `answer` is listed before the `total` it is computed from."""
+
+    mechanisms = {"answer": ("total",), "total": ("a", "b")}
+
+
+class GlobalRandom(Sums):
+    """Broken: samples from `random`'s global state, not the rng it is handed."""
+
+    def sample(self, rng, variable):
+        import random
+
+        return random.randrange(10)
+
+
+class Peeking(Sums):
+    """Broken: computes `answer` from `a`, which its mechanism does not list."""
+
+    def compute(self, variable, parents):
+        return super().compute(variable, parents) if variable == "total" else str(parents["a"])
+
+
+class Counting(Sums):
+    """Broken: `total` depends on how often it was computed (hidden state)."""
+
+    calls = 0
+
+    def compute(self, variable, parents):
+        if variable != "total":
+            return str(parents["total"] % 10)
+        type(self).calls += 1
+        return parents["a"] + parents["b"] + type(self).calls
+
+
+class Wordless(Sums):
+    """Broken: the answer is a number, not a text."""
+
+    def answer(self, values):
+        return int(values["answer"])
+
+
+class AllTrain(Sums):
+    """Broken: every setting in train, so a test document gets no rows."""
+
+    def split(self, inputs):
+        return "train"
+
+
+class SplitOnAnswer(Sums):
+    """Broken: splits on a derived variable, which split is never handed."""
+
+    def split(self, inputs):
+        return "test" if inputs["total"] > 9 else "train"
+
+
+class Shadowing(Sums):
+    """Broken: a variable `cf_a` beside `a`, whose counterfactual column it would take."""
+
+    inputs = ("a", "b", "cf_a")
+
+
+class LooseSumsParams(BaseModel):
+    scale: int = 1
+
+
+class LooseSums(Sums):
+    """Broken: its parameters take any key."""
+
+    Params = LooseSumsParams
+
+
+class TestSoundCausalModel(CausalModelConformance):
+    @pytest.fixture
+    def causal_model(self):
+        return Sums()
+
+
+@pytest.mark.parametrize("model,check,match", [
+    (OutOfOrder, "test_has_a_name_and_variables_in_causal_order", "parent 'total' of 'answer' is not an input nor"),
+    (GlobalRandom, "test_sampling_follows_the_rng_it_is_handed_alone", "two rngs seeded alike sampled different"),
+    (Peeking, "test_each_derived_value_is_a_function_of_its_parents", "read 'a', which is not among the parents"),
+    (Counting, "test_each_derived_value_is_a_function_of_its_parents", "'total' from the same parents gave"),
+    (Counting, "test_an_intervention_changes_only_the_variable_and_its_descendants", "not a descendant"),
+    (Wordless, "test_prompt_and_answer_are_texts", "each must be a non-empty string"),
+    (AllTrain, "test_split_puts_every_setting_in_train_or_test_from_its_inputs", "all fell in 'train'"),
+    (SplitOnAnswer, "test_split_puts_every_setting_in_train_or_test_from_its_inputs", "split read 'total'"),
+    (Shadowing, "test_columns_leave_the_rows_own_alone", "variable 'cf_a' would write its value to 'cf_a'"),
+    (LooseSums, "test_params_forbid_unknown_keys", "LooseSumsParams accepted the unknown key"),
+])
+def test_a_broken_causal_model_fails_its_check(model, check, match):
+    fails(getattr(CausalModelConformance(), check), model(), match=match)

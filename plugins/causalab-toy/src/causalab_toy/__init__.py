@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from causalab_core import PlanError, hookimpl
 from causalab_toy import models
+from causalab_toy.tasks import entity_split, weekday_split
+
+__all__ = ["entity_split", "weekday_split"]
 
 
 @hookimpl

@@ -5,8 +5,8 @@ entity: inputs ``line`` (four names in a queue) and ``place`` (which one is aske
 name at that place; ``answer`` = ``entity``.
 
 Each split is the toy model's own: a setting is in ``test`` exactly when the toy
-model never saw it in training (``causalab_toy.tasks``), so test rows are held out
-by construction and train and test never share a setting.
+model never saw it in training (``causalab_toy.weekday_split``, ``causalab_toy.entity_split``), so test
+rows are held out by construction and train and test never share a setting.
 """
 
 from __future__ import annotations
@@ -35,8 +35,7 @@ class Weekdays(CausalModel):
         return " " + values["answer"]
 
     def split(self, inputs) -> str:
-        held_out = tasks._weekday_test(tasks.COUNTS.index(inputs["count"]), tasks.DAYS.index(inputs["day"]))
-        return "test" if held_out else "train"
+        return tasks.weekday_split(inputs["count"], inputs["day"])
 
 
 class Entity(CausalModel):
@@ -61,5 +60,4 @@ class Entity(CausalModel):
         return " " + values["answer"]
 
     def split(self, inputs) -> str:
-        held_out = tasks._entity_test(tuple(inputs["line"].split("|")), tasks.ORDINALS.index(inputs["place"]))
-        return "test" if held_out else "train"
+        return tasks.entity_split(inputs["line"].split("|"), inputs["place"])

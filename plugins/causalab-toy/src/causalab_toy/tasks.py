@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 COUNTS = tuple(str(n) for n in range(1, 28))
@@ -103,6 +103,20 @@ ENTITY = Task(
 )
 
 TASKS = {t.name: t for t in (WEEKDAYS, ENTITY)}
+
+
+# -- the splits, by value: public, for a third party's causal model or data over the toy models --------------
+
+def weekday_split(count: str, day: str) -> str:
+    """``"test"`` where the weekdays model never trained on this (count, day), else ``"train"``;
+    ``count`` is one of ``COUNTS`` ("1"-"27"), ``day`` one of ``DAYS``."""
+    return "test" if _weekday_test(COUNTS.index(str(count)), DAYS.index(day)) else "train"
+
+
+def entity_split(line: Sequence[str], place: str) -> str:
+    """``"test"`` where the entity model never trained on this queue (four of ``NAMES``) asked at ``place``
+    (one of ``ORDINALS``), else ``"train"``."""
+    return "test" if _entity_test(tuple(line), ORDINALS.index(place)) else "train"
 
 
 def rows(task: str, n: int, split: str, seed: int = 0) -> list[dict]:
