@@ -117,7 +117,8 @@ class DataSpec(Frozen):
     rows: list[dict[str, Any]] | None = Field(None, description="Inline rows: each maps column names to values.")
     path: str | None = Field(None, description="A JSONL file, relative to --data-root or else to the document's folder.")
     causal_model: CausalModelSpec | None = Field(None, description="Generate the rows: base, counterfactual, answers, "
-                                                 "each variable's value and label_<variable> for each intervention.")
+                                                 "each variable's value (var_<variable> where its name would take one of those "
+                                                 "columns, as `answer` would) and label_<variable> for each intervention.")
 
     @model_validator(mode="after")
     def _exactly_one(self) -> DataSpec:
