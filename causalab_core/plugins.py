@@ -135,9 +135,10 @@ class Registry:
         for frame in frames:
             for local in ("self", "cls"):
                 obj = frame.f_locals.get(local)
-                hit = classes.get(obj if isinstance(obj, type) else type(obj)) if obj is not None else None
-                if hit is not None:
-                    kind, name, info = hit
+                cls = obj if isinstance(obj, type) else type(obj)
+                # A method of the component (not core code holding a class in a variable named `cls`).
+                if obj is not None and cls in classes and _defines(cls, frame.f_code):
+                    kind, name, info = classes[cls]
                     return f"{KIND_WORDS[kind]} {name!r} of {info.distribution}", frame.f_code.co_name
         by_module = {p.module: p for p in self.plugins}
         hooks = {impl.function.__code__: (by_module[plugin], caller.name) for plugin in by_module
@@ -221,6 +222,16 @@ def build_registry(extra: tuple[Any, ...] = (), blocked: tuple[str, ...] = ()) -
     except pluggy.PluginValidationError as exc:
         raise PluginError(str(exc)) from None
     return Registry(pm, infos)
+
+
+def _defines(cls: type, code: Any) -> bool:
+    """Whether ``code`` is the code of a method (plain, class, static or property) ``cls`` has or inherits."""
+    for klass in cls.__mro__:
+        for attr in vars(klass).values():
+            fn = getattr(attr, "fget", None) or getattr(attr, "__func__", attr)
+            if getattr(fn, "__code__", None) is code:
+                return True
+    return False
 
 
 def _exception_line(exc: BaseException) -> str:

@@ -292,3 +292,15 @@ def test_help_and_schema_load_no_plugin_and_no_torch(args):
         assert "ndif" in done.stdout  # a plugin's command is still listed: its module names the hook
     if args == ["schema"]:
         assert json.loads(done.stdout)["title"]
+
+
+def test_core_code_holding_a_plugin_class_is_not_blamed_on_it(broken):
+    """A core function with the class in a local named ``cls`` that fails after the plugin returned: core's bug."""
+    def core_step():
+        cls = broken.get("metric", "peek_base")
+        cls().columns(PeekParams())
+        return {}["core's own bug"]
+
+    with pytest.raises(KeyError):
+        with broken.boundary():
+            core_step()
