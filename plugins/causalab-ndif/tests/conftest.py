@@ -1,8 +1,10 @@
 """One real NDIF server for the whole test session: lean, serving the causalab-toy checkpoints.
 
 The server's Python has, of causalab, only what ``causalab ndif server-requirements``
-lists for the documents it serves (core, causalab-nnterp, causalab-featurizers):
-every ndif test is a strict run against a lean server image. It also serves a
+lists for the documents it serves (core, causalab-nnterp, causalab-featurizers),
+installed from wheels built from this checkout as the server image's Dockerfile
+installs them (the client is editable): every ndif test is a strict run against
+a lean server image. It also serves a
 tiny GPT-2 in bfloat16, the deployment whose dtype is not a document's.
 """
 
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from causalab_testing.ndif_server.lean import installed_causalab, lean_environment
+from causalab_testing.ndif_server.lean import build_wheels, installed_causalab, lean_environment
 from causalab_testing.ndif_server.stack import Deployment, TestServer, namespaces_allowed
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -78,13 +80,22 @@ def serving(work: Path, python: Path, served: list[Deployment]):
         signal.signal(signal.SIGTERM, previous)
     assert server.running() == [], f"test server processes still running: {server.running()}"
     assert server.ray_dir is None or not server.ray_dir.exists(), f"{server.ray_dir} left behind"
+    assert server.tmp_dir is None or not server.tmp_dir.exists(), f"{server.tmp_dir} left behind"
 
 
 @pytest.fixture(scope="session")
-def ndif_server(tmp_path_factory, lean_requirements):
+def causalab_wheels(tmp_path_factory, lean_requirements) -> list[Path]:
+    """Wheels of the causalab distributions the lean server needs, built once per session from this checkout."""
+    names = [line.split("==")[0] for line in lean_requirements if line.startswith("causalab")]
+    sources = [ROOT if name == "causalab-core" else ROOT / "plugins" / name for name in names]
+    return build_wheels(tmp_path_factory.mktemp("wheels"), sources)
+
+
+@pytest.fixture(scope="session")
+def ndif_server(tmp_path_factory, lean_requirements, causalab_wheels):
     work = tmp_path_factory.mktemp("ndif-server")
     wanted = {line.split("==")[0] for line in lean_requirements if line.startswith("causalab")}
-    with serving(work, lean_environment(work / "venv", wanted), deployments()) as server:
+    with serving(work, lean_environment(work / "venv", wanted, wheels=causalab_wheels), deployments()) as server:
         yield server
 
 

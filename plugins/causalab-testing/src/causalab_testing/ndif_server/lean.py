@@ -9,6 +9,10 @@ not installed. The test harness (this package) stays importable by path, with
 no metadata, because the server's CPU actors live in it; it is never listed as
 installed. Console scripts (ray, gunicorn, moto_server) are copied with the
 lean interpreter in their first line, so every server process runs lean.
+
+Given wheels, the kept causalab distributions are installed from them (``pip
+install --no-deps``, no ``-e``), as the server image's Dockerfile does: the
+server then holds copies of this checkout's files, never links to them.
 """
 
 from __future__ import annotations
@@ -31,10 +35,22 @@ def _owner(entry: str) -> str | None:
     return None
 
 
-def lean_environment(folder: Path, distributions: set[str], without: tuple[str, ...] = ()) -> Path:
+def build_wheels(folder: Path, sources: list[Path]) -> list[Path]:
+    """Wheels of the distributions at ``sources`` (source folders), built offline with the build backend
+    installed here (``--no-build-isolation``), as the Dockerfile's first stage builds them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                    "--disable-pip-version-check", "-w", str(folder), *map(str, sources)], check=True)
+    return sorted(folder.glob("*.whl"))
+
+
+def lean_environment(folder: Path, distributions: set[str], without: tuple[str, ...] = (),
+                     wheels: list[Path] = ()) -> Path:
     """Build the environment in ``folder`` keeping only ``distributions`` of causalab, and none of the
-    other packages named in ``without`` (by import name, e.g. ``nnterp``); returns its python."""
+    other packages named in ``without`` (by import name, e.g. ``nnterp``); returns its python. With
+    ``wheels``, those distributions are installed from them instead of linked from this environment."""
     keep = {name.replace("-", "_") for name in distributions}
+    linked = set() if wheels else keep
     subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(folder)], check=True)
     python = folder / "bin" / "python"
     site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -45,7 +61,7 @@ def lean_environment(folder: Path, distributions: set[str], without: tuple[str, 
         harness_hook = owner == HARNESS and not entry.name.endswith(".dist-info")
         if entry.name.split("-")[0].removesuffix(".py") in without:
             continue
-        if owner is None or owner in keep or harness_hook:
+        if owner is None or owner in linked or harness_hook:
             (site / entry.name).symlink_to(entry)
     bin_here = Path(sys.executable).parent
     for script in bin_here.iterdir():
@@ -56,6 +72,11 @@ def lean_environment(folder: Path, distributions: set[str], without: tuple[str, 
                 target = folder / "bin" / script.name
                 target.write_text(f"#!{python}\n{body}")
                 target.chmod(0o755)
+    if wheels:
+        chosen = [w for w in wheels if w.name.split("-")[0] in keep]
+        assert len(chosen) == len(keep), f"wheels {[w.name for w in wheels]} do not hold all of {sorted(keep)}"
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                        "--disable-pip-version-check", "--no-warn-script-location", *map(str, chosen)], check=True)
     return python
 
 

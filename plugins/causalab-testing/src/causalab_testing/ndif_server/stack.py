@@ -97,6 +97,8 @@ class TestServer:
     spawned: list[subprocess.Popen] = field(default_factory=list)
     ray_dir: Path | None = None
     """Ray's session folder (sockets, logs); outside ``workdir`` because a socket path must stay short."""
+    tmp_dir: Path | None = None
+    """Every server process's TMPDIR (multiprocessing's ``pymp-*`` folders land there), removed by :meth:`stop`."""
 
     @property
     def host(self) -> str:
@@ -125,6 +127,7 @@ class TestServer:
             "HF_HUB_OFFLINE": "1",
             "NDIF_HOST": HOST,
             "NDIF_API_KEY": "local",
+            **({"TMPDIR": str(self.tmp_dir)} if self.tmp_dir is not None else {}),
             **self.extra_env,
         }
 
@@ -149,6 +152,7 @@ class TestServer:
     def start(self, deployments: list[Deployment], timeout: float = 300) -> None:
         """Bring every service up and deploy ``deployments``; raises with the logs' tail if it cannot."""
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self.tmp_dir = Path(tempfile.mkdtemp(prefix="cltmp-", dir="/tmp"))  # short: sockets are made in it
         if self.isolated:
             self.holder = subprocess.Popen(
                 ["unshare", "-n", "sh", "-c", "ip link set lo up && exec sleep infinity"],
@@ -225,4 +229,6 @@ class TestServer:
             process.wait(timeout=10)
         if self.ray_dir is not None:  # its logs hold the server's environment, API key included
             shutil.rmtree(self.ray_dir, ignore_errors=True)
+        if self.tmp_dir is not None:  # processes killed by signal leave their temporary folders behind
+            shutil.rmtree(self.tmp_dir, ignore_errors=True)
         return pids
