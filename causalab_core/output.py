@@ -238,6 +238,8 @@ def recover(out: Path) -> None:
         else:
             _remove(entry)
     if out.is_dir() and not out.is_symlink():
+        if mount_point(out):
+            _recover_in_place(out)
         for part in _dead_parts(out):
             part.unlink()
 
@@ -288,6 +290,11 @@ def _check_out(out: Path, where: str, force: bool, protected: Iterable[Path]) ->
     recover(resolved)
     if resolved.exists() and not resolved.is_dir():
         raise OutputError(f"{where}: exists and is not a folder")
+    if resolved.is_dir() and mount_point(resolved):  # written in place: it must take files itself
+        try:
+            os.rmdir(tempfile.mkdtemp(prefix=".causalab-probe.", dir=resolved))
+        except OSError as exc:
+            raise OutputError(f"{where}: cannot write in it: {exc.strerror or exc}") from None
     if resolved.is_dir() and any(resolved.iterdir()):
         if not force:
             raise OutputError(f"{where}: folder exists and is not empty (--force replaces a previous causalab output)")
@@ -329,12 +336,105 @@ def _inside(folder: Path, rel: str) -> Path:
 
 
 def write_folder(out: Path, files: dict[str, bytes], force: bool, protected: Iterable[Path] = ()) -> None:
-    """Write beside ``out``, then swap it in: the path holds the old folder or the new one, never neither."""
+    """Write beside ``out``, then swap it in: the path holds the old folder or the new one, never neither.
+    A folder that cannot be renamed (a mount point) is written in place instead (``_write_in_place``)."""
     check_out(out, force=force, protected=protected)  # again: the folder may have changed while the plan ran
+    resolved = out.resolve()
     try:
-        _write_folder(out.resolve(), files)
-    except OSError as exc:  # a disk that fills, a mount point, a second run racing on the same path
-        raise OutputError(f"--out {shorten(str(out))}: cannot write it: {exc.strerror or exc}") from None
+        if resolved.is_dir() and mount_point(resolved):
+            _write_in_place(resolved, files)
+        else:
+            _write_folder(resolved, files)
+    except OSError as exc:  # a disk that fills, a second run racing on the same path
+        kept = resolved.with_name(f".{resolved.name}.resume")
+        hint = f"; the points computed are kept in {kept.name}: run again with --resume" if kept.is_dir() else ""
+        raise OutputError(f"--out {shorten(str(out))}: cannot write it: {exc.strerror or exc}{hint}") from None
+
+
+def _unescaped(field: str) -> str:
+    """A path as /proc/self/mountinfo writes it (a space as \\040) back to itself."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), field)
+
+
+def mount_point(folder: Path) -> bool:
+    """Whether ``folder`` is a mount point (a bind mount too): a folder the system will not rename."""
+    if os.path.ismount(folder):
+        return True
+    try:
+        table = Path("/proc/self/mountinfo").read_text()
+    except OSError:
+        return False
+    target = str(folder.resolve())
+    return any(len(f) > 4 and _unescaped(f[4]) == target for f in (line.split(" ") for line in table.splitlines()))
+
+
+STAGED = ".causalab-staged."
+"""Inside a folder written in place: ``.causalab-staged.PID``, the new files before they are moved up."""
+
+
+def _write_in_place(out: Path, files: dict[str, bytes]) -> None:
+    """Write a folder that cannot be swapped (a mount point) in place.
+
+    The files are staged in a hidden folder inside it first, so a disk that fills leaves the old content
+    as it was; then, with SIGINT and SIGTERM deferred, the folder is marked partial, the old files go,
+    the new ones are moved up (renames in one filesystem), the manifest last, and the mark is removed.
+    Killed in those moments, the folder keeps its mark and the next run on it clears it."""
+    stage = out / f"{STAGED}{os.getpid()}"
+    stage.mkdir()
+    try:
+        (stage / PARTIAL).write_text(str(os.getpid()))
+        for rel, data in files.items():
+            path = _inside(stage, rel)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        (stage / MANIFEST).write_bytes(_manifest({rel: _digest(data) for rel, data in files.items()}))
+        _step("written")
+        with signals_deferred():
+            (out / PARTIAL).write_text(str(os.getpid()))  # from here on the folder is causalab's, half written
+            for entry in out.iterdir():
+                if entry.name not in (stage.name, PARTIAL):
+                    _delete(entry)
+            _step("old removed")
+            for entry in sorted(stage.iterdir(), key=lambda p: p.name == MANIFEST):  # the manifest last
+                if entry.name != PARTIAL:
+                    entry.rename(out / entry.name)
+            (stage / PARTIAL).unlink()
+            stage.rmdir()
+            (out / PARTIAL).unlink()
+        _step("swapped")
+    except BaseException:
+        if stage.exists():
+            _clear(stage)
+            stage.rmdir()
+        raise
+
+
+def _clear(folder: Path) -> None:
+    """Empty a folder causalab wrote, keeping the folder itself (a mount point cannot be removed)."""
+    for entry in folder.iterdir():
+        _delete(entry)
+
+
+def _delete(entry: Path) -> None:
+    if entry.is_dir() and not entry.is_symlink():
+        shutil.rmtree(entry)
+    else:
+        entry.unlink()
+
+
+def _recover_in_place(out: Path) -> None:
+    """Clear what a run killed while writing ``out`` in place left: its staged files, or a half-written folder."""
+    for stage in out.glob(f"{STAGED}*"):
+        pid = stage.name[len(STAGED):]
+        if pid.isdigit() and not _pid_running(int(pid)) and stage.is_dir() and not stage.is_symlink() \
+                and (stage / PARTIAL).is_file():
+            _clear(stage)
+            stage.rmdir()
+    mark = out / PARTIAL
+    if mark.is_file() and not mark.is_symlink():
+        pid = mark.read_text().strip()
+        if pid.isdigit() and not _pid_running(int(pid)):
+            _clear(out)
 
 
 def _folder_mode(out: Path) -> int:

@@ -15,12 +15,13 @@ import hashlib
 import json
 import math
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from causalab_core.errors import OutputError, echo, shorten
-from causalab_core.output import _pid_running, _remove, signals_deferred
+from causalab_core.output import UNTRUSTED, _pid_running, _remove, signals_deferred
 
 MARK = "causalab resume"
 CHUNKS = 10
@@ -62,8 +63,19 @@ class Store:
                 if p.name.isdigit() and p.is_dir() and not p.is_symlink() and _digests(p) == _listed(p)}
 
     def keep(self, index: int, files: dict[str, bytes], details: dict[str, Any]) -> None:
-        """Keep one completed point (its files by path inside the point) and what the engine said."""
+        """Keep one completed point (its files by path inside the point) and what the engine said.
+
+        A disk that fills (or any other refusal to write) is one line; the points kept before stay."""
         tmp = self.points / f".{index}.{os.getpid()}.tmp"
+        try:
+            self._keep(tmp, index, files, details)
+        except OSError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            kept = len(self.done())
+            raise OutputError(f"{shorten(str(self.path))}: cannot keep a completed point: {exc.strerror or exc}; "
+                              f"{kept} point{'s' if kept != 1 else ''} kept before stay there for --resume") from None
+
+    def _keep(self, tmp: Path, index: int, files: dict[str, bytes], details: dict[str, Any]) -> None:
         tmp.mkdir()
         for rel, data in files.items():
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -80,9 +92,18 @@ class Store:
             tmp.rename(target)
 
     def files(self, index: int) -> dict[str, bytes]:
+        """A kept point's files, each checked against the digests kept with it (as the output folder's
+        readers check its manifest): one changed since the point was kept is refused, never written out."""
         folder = self.points / str(index)
-        return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
-                if p.is_file() and p.name != DIGESTS}
+        listed = _listed(folder) or {}
+        files = {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+                 if p.is_file() and p.name != DIGESTS}
+        for rel in sorted(set(listed) | set(files)):
+            if rel not in files:
+                raise OutputError(f"{echo(str(folder / rel))} is missing; {UNTRUSTED}")
+            if listed.get(rel) != _sha(files[rel]):
+                raise OutputError(f"{echo(str(folder / rel))} changed since causalab wrote it; {UNTRUSTED}")
+        return files
 
     def remove(self) -> None:
         _remove(self.path)
@@ -115,8 +136,12 @@ def _listed(folder: Path) -> dict[str, str] | None:
 
 def _write_state(path: Path, state: dict[str, Any]) -> None:
     part = path / f".resume.json.{os.getpid()}.part"
-    part.write_text(json.dumps(state, indent=1) + "\n")
-    part.replace(path / "resume.json")
+    try:
+        part.write_text(json.dumps(state, indent=1) + "\n")
+        part.replace(path / "resume.json")
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
 
 
 def _read_state(path: Path) -> dict[str, Any] | None:
@@ -172,15 +197,26 @@ def open_store(out: Path, identity: dict[str, str], *, resume: bool) -> Store:
             raise OutputError(f"{where}: --resume refused: the interrupted run came from another "
                               f"{', '.join(differ)}; run without --resume to start over")
         state["pid"] = os.getpid()
-        _write_state(path, state)
+        try:
+            _write_state(path, state)
+        except OSError as exc:
+            raise OutputError(f"{where}: cannot write in {path.name} beside it: {exc.strerror or exc}") from None
         return Store(path, state)
-    if path.exists():
-        _remove(path)  # a dead run's store (or an empty folder): this run starts over
     made = [p for p in [path.parent, *path.parent.parents] if not p.exists()]
-    path.mkdir(parents=True)
-    (path / "points").mkdir()
     state = {"written_by": MARK, "pid": os.getpid(), "identity": identity, "details": {}}
-    _write_state(path, state)
+    try:  # before any work: a disk too full to hold the store's first file is refused here
+        if path.exists():
+            _remove(path)  # a dead run's store (or an empty folder): this run starts over
+        path.mkdir(parents=True)
+        (path / "points").mkdir()
+        _write_state(path, state)
+    except OSError as exc:
+        try:
+            Store(path, state, made).remove()
+        except OSError:
+            pass  # the line below says what went wrong; a store left half made is removed by the next run
+        raise OutputError(f"{where}: cannot make {path.name} beside it (where completed points are kept): "
+                          f"{exc.strerror or exc}") from None
     return Store(path, state, made)
 
 
