@@ -11,6 +11,7 @@ import functools
 import hashlib
 import importlib.metadata
 import importlib.util
+import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -116,7 +117,10 @@ class Registry:
         except CausalabError:
             raise
         except Exception as exc:
-            blamed = self.blame(exc.__traceback__)
+            try:
+                blamed = self.blame(exc.__traceback__)
+            except Exception:  # noqa: BLE001 - naming the plugin must never hide the error itself
+                blamed = None
             if blamed is None:
                 raise
             who, where = blamed
@@ -133,13 +137,13 @@ class Registry:
         classes = {cls: (kind, name, info) for kind, found in self._components.items()
                    for name, (cls, info) in found.items()}
         for frame in frames:
-            for local in ("self", "cls"):
-                obj = frame.f_locals.get(local)
-                cls = obj if isinstance(obj, type) else type(obj)
-                # A method of the component (not core code holding a class in a variable named `cls`).
-                if obj is not None and cls in classes and _defines(cls, frame.f_code):
-                    kind, name, info = classes[cls]
-                    return f"{KIND_WORDS[kind]} {name!r} of {info.distribution}", frame.f_code.co_name
+            obj = _first_argument(frame)  # a method's self (or cls)
+            cls = obj if isinstance(obj, type) else type(obj)
+            # A method of the component (not core code holding a class in a variable named `cls`).
+            method = _method_name(cls, frame.f_code) if obj is not None and cls in classes else None
+            if method is not None:
+                kind, name, info = classes[cls]
+                return f"{KIND_WORDS[kind]} {name!r} of {info.distribution}", method
         by_module = {p.module: p for p in self.plugins}
         hooks = {impl.function.__code__: (by_module[plugin], caller.name) for plugin in by_module
                  for caller in self.pm.get_hookcallers(plugin) or ()
@@ -224,14 +228,25 @@ def build_registry(extra: tuple[Any, ...] = (), blocked: tuple[str, ...] = ()) -
     return Registry(pm, infos)
 
 
-def _defines(cls: type, code: Any) -> bool:
-    """Whether ``code`` is the code of a method (plain, class, static or property) ``cls`` has or inherits."""
+def _first_argument(frame: Any) -> Any:
+    """The value of a frame's first parameter (``self`` or ``cls`` of a method), or None."""
+    code = frame.f_code
+    if code.co_argcount:
+        return frame.f_locals.get(code.co_varnames[0])
+    if code.co_flags & inspect.CO_VARARGS:  # def method(*args): self is args[0]
+        args = frame.f_locals.get(code.co_varnames[code.co_kwonlyargcount])
+        return args[0] if isinstance(args, tuple) and args else None
+    return None
+
+
+def _method_name(cls: type, code: Any) -> str | None:
+    """The name under which ``cls`` has (or inherits) a method (plain, class, static or property) of this ``code``."""
     for klass in cls.__mro__:
-        for attr in vars(klass).values():
+        for key, attr in vars(klass).items():
             fn = getattr(attr, "fget", None) or getattr(attr, "__func__", attr)
             if getattr(fn, "__code__", None) is code:
-                return True
-    return False
+                return key
+    return None
 
 
 def _exception_line(exc: BaseException) -> str:

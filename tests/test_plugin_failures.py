@@ -304,3 +304,50 @@ def test_core_code_holding_a_plugin_class_is_not_blamed_on_it(broken):
     with pytest.raises(KeyError):
         with broken.boundary():
             core_step()
+
+
+def _broken(base: type, method: str, name: str) -> type:
+    """``base`` with ``method`` raising, under another name."""
+    def fail(*args, **kwargs):
+        raise LookupError(f"{method} broke")
+
+    wrapped = classmethod(fail) if method == "check_site" else fail
+    return type(f"Broken_{method}", (base,), {"name": name, method: wrapped})
+
+
+class Sound(Boom):
+    name = "sound"
+
+    def featurize(self, x):
+        return x, None
+
+
+@pytest.mark.parametrize("base,kind,method,run", [
+    (PeekBase, "metric", "needs", False),
+    (PeekBase, "metric", "columns", False),
+    (Sound, "featurizer", "__init__", True),
+    (Sound, "featurizer", "inverse", True),
+    (Days, "causal model", "sample", False),
+    (Days, "causal model", "compute", False),
+    (Days, "causal model", "answer", False),
+    (Days, "causal model", "split", False),
+])
+def test_every_method_core_calls_is_named_when_it_breaks(base, kind, method, run, doc, write_doc, tmp_path):
+    cls = _broken(base, method, f"broken_{method.strip('_')}")
+    if base is Days:
+        cls.prompt = lambda self, values: "Q : what day is 3 days after " + values["day"] + " ? A :"
+        doc["data"] = {"causal_model": {"kind": cls.name, "intervene": ["day"], "rows": 2, "split": "train"}}
+        path = write_doc(doc)
+    elif base is PeekBase:
+        doc["metrics"]["bad"] = {"kind": cls.name}
+        path = write_doc(doc, weekday_rows(4))
+    else:
+        doc["featurizers"] = {"f": {"kind": cls.name}}
+        doc["writes"]["patch"]["featurizer"] = "f"
+        path = write_doc(doc, weekday_rows(4))
+    hook = {"metric": "causalab_metrics", "featurizer": "causalab_featurizers", "causal model": "causalab_causal_models"}
+    registry = build_registry(extra=(_module(**{hook[kind]: lambda: [cls]}),))
+    with pytest.raises(PluginError) as raised:
+        (api.run(path, registry=registry) if run else api.plan(path, registry=registry))
+    assert raised.value.one_line() == (f"PluginError: {kind} {cls.name!r} of causalab-broken failed in {method}: "
+                                       f"LookupError: {method} broke")
