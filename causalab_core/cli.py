@@ -297,9 +297,9 @@ def add_plugin_commands(app: typer.Typer) -> None:
         return [c.name or c.callback.__name__.replace("_", "-") for c in app.registered_commands] + \
             [g.name for g in app.registered_groups]
 
-    for distribution, module in command_plugins():
+    for name, distribution, module in command_plugins():
         before = names()
-        with _blamed(f"plugin {module.__name__!r} of {distribution}", "its causalab_commands hook"):
+        with _blamed(f"plugin {name!r} of {distribution}", "its causalab_commands hook"):
             module.causalab_commands(app=app)
         added = names()[len(before):]
         taken = [n for n in added if n in before]

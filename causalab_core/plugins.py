@@ -281,8 +281,8 @@ def _load_failure(exc: Exception) -> CausalabError:
     return PluginError(f"plugin {ep.name!r} of {owner} failed to load ({ep.value}): {_exception_line(exc)}")
 
 
-def command_plugins() -> list[tuple[str, Any]]:
-    """(distribution, module) of each entry-point plugin that adds commands, loading no other plugin:
+def command_plugins() -> list[tuple[str, str, Any]]:
+    """(name, distribution, module) of each entry-point plugin that adds commands, loading no other plugin:
     a module is imported only where its source names the ``causalab_commands`` hook (or where it has
     no source to read), so `causalab --help` starts without torch and the plugins that import it."""
     refuse_shared_entry_points()
@@ -297,7 +297,7 @@ def command_plugins() -> list[tuple[str, Any]]:
             with _blamed(f"plugin {ep.name!r} of {dist.metadata['name']}", f"loading ({ep.value})"):
                 module = ep.load()
             if getattr(module, "causalab_commands", None) is not None:
-                found.append((dist.metadata["name"], module))
+                found.append((ep.name, dist.metadata["name"], module))
     return found
 
 

@@ -263,7 +263,7 @@ def test_a_plugin_command_hook_that_fails_is_named(monkeypatch):
 
     ndif = next(p for p in registry().plugins if p.distribution == "causalab-ndif").module
     monkeypatch.setattr(ndif, "causalab_commands", lambda app: {}["ndif"])
-    with pytest.raises(PluginError, match=r"^plugin 'causalab_ndif' of causalab-ndif failed in its "
+    with pytest.raises(PluginError, match=r"^plugin 'ndif' of causalab-ndif failed in its "
                                           r"causalab_commands hook: KeyError: 'ndif'$"):
         cli.add_plugin_commands(typer.Typer())
 

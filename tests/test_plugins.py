@@ -288,3 +288,27 @@ def test_plugins_lists_everything_and_warns_on_stderr_of_a_name_two_plugins_offe
         "warning: metric name 'kl' is provided by causalab-metrics and by causalab-copycat: a document naming it "
         "is refused; uninstall one of them",
     ]
+
+
+def test_a_plugin_that_fails_to_import_is_one_line_naming_it(tmp_path):
+    broken = PLUGIN + 'raise ImportError("causalab-x needs a newer torch")\n'
+    site = _site_with(tmp_path, {"causalab-x": {"causalab_x.py": broken}})
+    done = _plugins_from(site)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == ("PluginError: plugin 'x' of causalab-x failed to load (causalab_x): "
+                           "ImportError: causalab-x needs a newer torch\n")
+
+
+def test_help_loads_a_plugin_adding_commands_and_names_it_when_it_breaks(tmp_path):
+    commands = PLUGIN + ("import typer\n\n@hookimpl\ndef causalab_commands(app):\n"
+                         "    app.add_typer(typer.Typer(help='Things of x.'), name='xthings')\n")
+    site = _site_with(tmp_path, {"causalab-x": {"causalab_x.py": commands}})
+    code = ("import site, sys; site.addsitedir(sys.argv[1]); sys.argv = ['causalab', '--help'];"
+            "from causalab_core.cli import main; main()")
+    done = subprocess.run([sys.executable, "-c", code, str(site)], capture_output=True, text=True)
+    assert done.returncode == 0 and "xthings" in done.stdout and "Things of x." in done.stdout
+    (site / "causalab_x.py").write_text(commands.replace("name='xthings'", "name=1 / 0"))
+    done = subprocess.run([sys.executable, "-c", code, str(site)], capture_output=True, text=True)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == ("PluginError: plugin 'x' of causalab-x failed in its causalab_commands hook: "
+                           "ZeroDivisionError: division by zero\n")
