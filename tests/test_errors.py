@@ -400,3 +400,56 @@ def test_an_engine_options_model_validator_error_names_no_empty_key(base_doc, wr
     assert raised.value.one_line() == ("EngineError: --option: fast and exact cannot both be true for engine 'paired' "
                                        "(its options: fast, exact)")
     assert not (tmp_path / "o").exists()
+
+
+def test_model_validator_errors_of_plugin_parameters_name_the_object_not_an_empty_key(base_doc, write_doc):
+    """A metric's or featurizer's parameters refused by a model validator (no field location): the error is at
+    the metric or featurizer itself, `$.metrics.NAME: ...`, never `$.metrics.NAME.: ...`."""
+    import types
+
+    from pydantic import BaseModel, ConfigDict, model_validator
+
+    from causalab_core import api, hookimpl
+    from causalab_core.contracts import Featurizer, Metric
+    from causalab_core.errors import DocumentError, PlanError
+    from causalab_core.plugins import build_registry
+
+    class RangeParams(BaseModel):
+        model_config = ConfigDict(frozen=True, extra="forbid")
+        low: int = 0
+        high: int = 1
+
+        @model_validator(mode="after")
+        def _ordered(self):
+            if self.low >= self.high:
+                raise ValueError("low must be below high")
+            return self
+
+    class Ranged(Metric):
+        name = "ranged"
+        Params = RangeParams
+
+        def columns(self, params):
+            return ("cf_answer",)
+
+    class Banded(Featurizer):
+        name = "banded"
+        Params = RangeParams
+
+    module = types.ModuleType("causalab_ranged")
+    module.causalab_metrics = hookimpl(lambda: [Ranged])
+    module.causalab_featurizers = hookimpl(lambda: [Banded])
+    registry = build_registry(extra=(module,))
+    doc = copy.deepcopy(base_doc)
+    doc["metrics"]["r"] = {"kind": "ranged", "low": 3, "high": 2}
+    path = write_doc(doc, weekday_rows(4))
+    with pytest.raises((DocumentError, PlanError)) as raised:
+        api.plan(path, registry=registry)
+    assert raised.value.one_line().endswith("$.metrics.r: low must be below high"), raised.value.one_line()
+    doc = copy.deepcopy(base_doc)
+    doc["featurizers"] = {"b": {"kind": "banded", "low": 5, "high": 5}}
+    doc["writes"]["patch"]["featurizer"] = "b"
+    path = write_doc(doc, weekday_rows(4), name="f.json")
+    with pytest.raises((DocumentError, PlanError)) as raised:
+        api.plan(path, registry=registry)
+    assert raised.value.one_line().endswith("$.featurizers.b: low must be below high"), raised.value.one_line()
