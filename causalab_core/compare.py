@@ -55,10 +55,11 @@ def experiment(left: LoadedRun, right: LoadedRun) -> dict[str, Any]:
         differs["model"] = [doc_a.get("model"), doc_b.get("model")]
     if count_a != count_b or digest_a != digest_b:
         differs["data"] = {"rows": [count_a, count_b], "sha256": [digest_a, digest_b]}
-    points_a = {r["point"] for r in left.records["summaries"]}
-    points_b = {r["point"] for r in right.records["summaries"]}
-    if points_a != points_b or list(left.axes) != list(right.axes):
-        differs["points"] = {"only_in_a": sorted(points_a - points_b), "only_in_b": sorted(points_b - points_a),
+    points_a = list(dict.fromkeys(r["point"] for r in left.records["summaries"]))  # in the sweep's order
+    points_b = list(dict.fromkeys(r["point"] for r in right.records["summaries"]))
+    if set(points_a) != set(points_b) or list(left.axes) != list(right.axes):
+        differs["points"] = {"only_in_a": [p for p in points_a if p not in points_b],
+                             "only_in_b": [p for p in points_b if p not in points_a],
                              "axes": [list(left.axes), list(right.axes)]}
     engines = [left.run.get("engine"), right.run.get("engine")] if isinstance(left.run, dict) and \
         isinstance(right.run, dict) else [None, None]
