@@ -291,7 +291,7 @@ def add_plugin_commands(app: typer.Typer) -> None:
     Only the plugins whose module names the hook are loaded (`plugins.command_plugins`), so listing the
     commands costs no torch; a failure inside a plugin's hook is one line naming it."""
     from causalab_core.errors import PluginError
-    from causalab_core.plugins import _blamed, command_plugins
+    from causalab_core.plugins import blamed, command_plugins
 
     def names() -> list[str]:
         return [c.name or c.callback.__name__.replace("_", "-") for c in app.registered_commands] + \
@@ -299,7 +299,7 @@ def add_plugin_commands(app: typer.Typer) -> None:
 
     for name, distribution, module in command_plugins():
         before = names()
-        with _blamed(f"plugin {name!r} of {distribution}", "its causalab_commands hook"):
+        with blamed(f"plugin {name!r} of {distribution}", "in its causalab_commands hook"):
             module.causalab_commands(app=app)
         added = names()[len(before):]
         taken = [n for n in added if n in before]

@@ -64,7 +64,7 @@ class Registry:
             found: dict[str, tuple[type, PluginInfo]] = {}
             for impl in getattr(pm.hook, hook_name).get_hookimpls():
                 owner = by_module[impl.plugin]
-                with _blamed(f"plugin {owner.name!r} of {owner.distribution}", f"its {hook_name} hook"):
+                with blamed(f"plugin {owner.name!r} of {owner.distribution}", f"in its {hook_name} hook"):
                     classes = list(impl.function() or ())
                 for cls in classes:
                     name = getattr(cls, "name", None)
@@ -256,14 +256,14 @@ def _exception_line(exc: BaseException) -> str:
 
 
 @contextmanager
-def _blamed(who: str, where: str) -> Iterator[None]:
+def blamed(who: str, how: str) -> Iterator[None]:
     """A plugin call whose owner is known: any exception but a deliberate `CausalabError` is one line."""
     try:
         yield
     except CausalabError:
         raise
     except Exception as exc:
-        raise PluginError(f"{who} failed in {where}: {_exception_line(exc)}") from exc
+        raise PluginError(f"{who} failed {how}: {_exception_line(exc)}") from exc
 
 
 def _load_failure(exc: Exception) -> CausalabError:
@@ -286,15 +286,16 @@ def command_plugins() -> list[tuple[str, str, Any]]:
     a module is imported only where its source names the ``causalab_commands`` hook (or where it has
     no source to read), so `causalab --help` starts without torch and the plugins that import it."""
     refuse_shared_entry_points()
-    found = []
+    found, seen = [], set()
     for dist in importlib.metadata.distributions():
         for ep in dist.entry_points:
-            if ep.group != PROJECT:
+            if ep.group != PROJECT or ep.name in seen:  # one distribution found twice on the path loads once
                 continue
+            seen.add(ep.name)
             source = None if ep.attr else _module_source(ep.module)
             if source is not None and "causalab_commands" not in source:
                 continue
-            with _blamed(f"plugin {ep.name!r} of {dist.metadata['name']}", f"loading ({ep.value})"):
+            with blamed(f"plugin {ep.name!r} of {dist.metadata['name']}", f"to load ({ep.value})"):
                 module = ep.load()
             if getattr(module, "causalab_commands", None) is not None:
                 found.append((ep.name, dist.metadata["name"], module))

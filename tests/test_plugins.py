@@ -312,3 +312,14 @@ def test_help_loads_a_plugin_adding_commands_and_names_it_when_it_breaks(tmp_pat
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr == ("PluginError: plugin 'x' of causalab-x failed in its causalab_commands hook: "
                            "ZeroDivisionError: division by zero\n")
+
+
+def test_help_names_a_command_plugin_that_fails_to_import(tmp_path):
+    broken = PLUGIN + "@hookimpl\ndef causalab_commands(app):\n    pass\n\nimport causalab_x_missing_dependency\n"
+    site = _site_with(tmp_path, {"causalab-x": {"causalab_x.py": broken}})
+    code = ("import site, sys; site.addsitedir(sys.argv[1]); sys.argv = ['causalab', '--help'];"
+            "from causalab_core.cli import main; main()")
+    done = subprocess.run([sys.executable, "-c", code, str(site)], capture_output=True, text=True)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == ("PluginError: plugin 'x' of causalab-x failed to load (causalab_x): "
+                           "ModuleNotFoundError: No module named 'causalab_x_missing_dependency'\n")
