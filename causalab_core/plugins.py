@@ -118,12 +118,12 @@ class Registry:
             raise
         except Exception as exc:
             try:
-                blamed = self.blame(exc.__traceback__)
+                culprit = self.blame(exc.__traceback__)
             except Exception:  # noqa: BLE001 - naming the plugin must never hide the error itself
-                blamed = None
-            if blamed is None:
+                culprit = None
+            if culprit is None:
                 raise
-            who, where = blamed
+            who, where = culprit
             raise PluginError(f"{who} failed in {where}: {_exception_line(exc)}") from exc
 
     def blame(self, tb: TracebackType | None) -> tuple[str, str] | None:
