@@ -305,6 +305,30 @@ class Metric:
         raise NotImplementedError
 
 
+def values_problem(values: Any, eligible: Sequence[bool]) -> str | None:
+    """What breaks the contract in a metric's ``compute`` result for these rows, or None: a ``MetricValues``
+    with one float (or None) per row, None where a row is not eligible, and a summary of plain numbers."""
+    from causalab_core.errors import echo
+
+    def number(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    rows, summary = getattr(values, "rows", None), getattr(values, "summary", None)
+    if not isinstance(rows, (list, tuple)) or not isinstance(summary, dict):
+        return f"compute returned {echo(values)}, not a MetricValues(rows, summary)"
+    if len(rows) != len(eligible):
+        return f"compute returned {len(rows)} row values for {len(eligible)} rows"
+    for i, (v, ok) in enumerate(zip(rows, eligible)):
+        if v is not None and not number(v):
+            return f"compute returned {echo(v)} for row {i}, not a float or None"
+        if v is not None and not ok:
+            return f"compute returned {v!r} for row {i}, which is not eligible (its value must be None)"
+    for k, v in summary.items():
+        if not isinstance(k, str) or not (v is None or number(v)):
+            return f"compute returned the summary entry {echo(k)}: {echo(v)}, not a name and a number or None"
+    return None
+
+
 def mean_over_eligible(values: Sequence[float], eligible: Sequence[bool]) -> MetricValues:
     """The usual summary: per-row values masked by eligibility, and their mean."""
     rows = [float(v) if ok else None for v, ok in zip(values, eligible)]

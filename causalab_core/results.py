@@ -7,8 +7,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from causalab_core.contracts import MetricInputs
-from causalab_core.errors import EngineError
+from causalab_core.contracts import MetricInputs, values_problem
+from causalab_core.errors import EngineError, PluginError
 from causalab_core.ir import Fit, Plan, Point, PositionRecord
 from causalab_core.plugins import Registry
 
@@ -89,6 +89,9 @@ def score(plan: Plan, outputs: dict[str, dict[str, Any]], registry: Registry) ->
                                            for role, path in metric.runs.items()})
             cls = registry.get("metric", metric.kind)
             values = cls().compute(cls.Params.model_validate(metric.params), inputs)
+            if (problem := values_problem(values, point.eligible)) is not None:  # named, before any file
+                raise PluginError(f"metric {metric.kind!r} of {registry.provider('metric', metric.kind).distribution} "
+                                  f"at $.metrics.{metric.name}: {problem}")
             content = {
                 "metric": metric.name,
                 "kind": metric.kind,

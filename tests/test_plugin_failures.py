@@ -9,12 +9,15 @@ import sys
 import types
 
 import pytest
+import torch
 from pydantic import BaseModel, ConfigDict
 from typer.testing import CliRunner
 
 from causalab_core import api, hookimpl
 from causalab_core.cli import app
-from causalab_core.contracts import CausalModel, Engine, Featurizer, Metric, PositionResolver, Resolved, mean_over_eligible
+from causalab_core.contracts import (
+    CausalModel, Engine, Featurizer, Metric, MetricValues, PositionResolver, Resolved, mean_over_eligible,
+)
 from causalab_core.errors import DocumentError, PluginError
 from causalab_core.plugins import build_registry
 from causalab_testing.data import sweep_document, weekday_rows
@@ -351,3 +354,38 @@ def test_every_method_core_calls_is_named_when_it_breaks(base, kind, method, run
         (api.run(path, registry=registry) if run else api.plan(path, registry=registry))
     assert raised.value.one_line() == (f"PluginError: {kind} {cls.name!r} of causalab-broken failed in {method}: "
                                        f"LookupError: {method} broke")
+
+
+@pytest.mark.parametrize("returned,problem", [
+    (lambda rows: [0.5] * rows, "compute returned [0.5, 0.5, 0.5, 0.5], not a MetricValues(rows, summary)"),
+    (lambda rows: MetricValues([0.5] * (rows - 1), {}), "compute returned 3 row values for 4 rows"),
+    (lambda rows: MetricValues([torch.tensor(0.5)] * rows, {}), "compute returned tensor(0.5000) for row 0, not a "
+                                                                "float or None"),
+    (lambda rows: MetricValues([0.5] * rows, {"mean": torch.tensor(0.5)}), "compute returned the summary entry "
+                                                                           "'mean': tensor(0.5000), not a name and"),
+])
+def test_a_metric_returning_what_breaks_the_contract_is_named_before_any_file(returned, problem, doc, write_doc,
+                                                                              tmp_path):
+    class Careless(PeekBase):
+        name = "careless"
+
+        def compute(self, params, inputs):
+            return returned(len(inputs.eligible))
+
+    doc["metrics"]["c"] = {"kind": "careless"}
+    registry = build_registry(extra=(_module(causalab_metrics=lambda: [Careless]),))
+    with pytest.raises(PluginError) as raised:
+        api.run(write_doc(doc, weekday_rows(4)), out=tmp_path / "o", registry=registry)
+    assert raised.value.one_line().startswith(f"PluginError: metric 'careless' of causalab-broken at $.metrics.c: "
+                                              f"{problem}")
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_value_for_a_row_that_is_not_eligible_breaks_the_contract():
+    from causalab_core.contracts import values_problem
+
+    assert values_problem(MetricValues([0.5, None], {"mean": 0.5}), [True, False]) is None
+    assert values_problem(MetricValues([0.5, float("nan")], {}), [True, True]) is None  # NaN: undefined, allowed
+    assert values_problem(MetricValues([0.5, 0.25], {}), [True, False]) == (
+        "compute returned 0.25 for row 1, which is not eligible (its value must be None)")
+    assert values_problem(MetricValues([True], {}), [True]) == "compute returned True for row 0, not a float or None"
