@@ -74,7 +74,9 @@ def causalab_causal_models() -> list[type]:
 def causalab_commands(app: Any) -> None:
     """Add commands to the ``causalab`` command line (``app`` is its typer app), as llm's ``register_commands``.
 
-    A command name core or another plugin already uses is an error naming both.
+    A command name core or another plugin already uses is an error naming both. Implement it in the module
+    the ``causalab`` entry point names: `causalab --help` imports only the plugins whose entry-point module's
+    source names this hook (so listing commands loads no torch), and causalab's own commands none of them.
     """
 
 
