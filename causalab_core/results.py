@@ -78,18 +78,47 @@ def run_inputs(step: Any, outputs: dict[str, dict[str, Any]], eligible: Any) -> 
     )
 
 
+ANSWERS_COINCIDE = "answers_coincide"
+"""A row on which two of a metric's answer columns are one token: a comparison of an answer with itself
+(a logit difference of 0, an IIA that the label wins whichever of the two the model picks)."""
+
+
+def position_reasons(point: Point) -> list[str | None]:
+    """Per row: None where every read resolved, else the first read's reason code."""
+    reads = [rec.reasons for rec in point.positions if rec.role == "read"]
+    return [None if ok else next((r[i] for r in reads if r[i] is not None), "position_unresolved")
+            for i, ok in enumerate(point.eligible)]
+
+
+def coinciding(scoring: Any, columns: tuple[str, ...]) -> list[str | None]:
+    """Per row: ``answers_coincide`` where two of ``columns`` are one token on that row, else None."""
+    at = [scoring.columns.index(c) for c in dict.fromkeys(columns)]
+    return [ANSWERS_COINCIDE if len({ids[k] for k in at}) < len(at) else None for ids in scoring.token_ids]
+
+
 def score(plan: Plan, outputs: dict[str, dict[str, Any]], registry: Registry) -> list[MetricResult]:
-    """Compute every metric of every point from the engine's flat outputs."""
-    results, shown = [], {}
+    """Compute every metric of every point from the engine's flat outputs.
+
+    A row is scored where its reads resolved and its answers are distinct tokens (``coinciding``);
+    ``reasons`` in the metric file says, per row, why it was not."""
+    results, shown, own = [], {}, {}
     for point in plan.points:
         steps = {s.path: s for s in point.steps}
+        unresolved = position_reasons(point)
         for metric in point.metrics:
-            inputs = run_inputs(steps[metric.step], outputs, point.eligible)
-            inputs = replace(inputs, runs={role: run_inputs(steps[path], outputs, point.eligible)
-                                           for role, path in metric.runs.items()})
             cls = registry.get("metric", metric.kind)
-            values = cls().compute(cls.Params.model_validate(metric.params), inputs)
-            if (problem := values_problem(values, point.eligible)) is not None:  # named, before any file
+            params = cls.Params.model_validate(metric.params)
+            scoring = steps[metric.step].scoring
+            key = (metric.name, id(scoring))  # the same for every point: the rows' answers do not change
+            if key not in own:
+                own[key] = coinciding(scoring, tuple(cls().columns(params)))
+            reasons = [p or m for p, m in zip(unresolved, own[key])]
+            eligible = [r is None for r in reasons]
+            inputs = run_inputs(steps[metric.step], outputs, eligible)
+            inputs = replace(inputs, runs={role: run_inputs(steps[path], outputs, eligible)
+                                           for role, path in metric.runs.items()})
+            values = cls().compute(params, inputs)
+            if (problem := values_problem(values, eligible)) is not None:  # named, before any file
                 raise PluginError(f"metric {metric.kind!r} of {registry.provider('metric', metric.kind).distribution} "
                                   f"at $.metrics.{metric.name}: {problem}")
             content = {
@@ -98,7 +127,8 @@ def score(plan: Plan, outputs: dict[str, dict[str, Any]], registry: Registry) ->
                 "point": dict(point.values),
                 "summary": _number(values.summary),
                 "values": _number(values.rows),
-                "eligible": list(point.eligible),
+                "eligible": eligible,
+                "reasons": reasons,
                 "positions": positions_record(point, shown),
             }
             results.append(MetricResult(point, metric.name, content))

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from causalab_core.compiler.prompts import tokenize_inputs
+from causalab_core.compiler.prompts import check_prompts, tokenize_inputs, unknown_id
 from causalab_core.compiler.shell import Shell, load_shell, resolve_source
 from causalab_core.compiler.sweep import points, substitute
 from causalab_core.compiler.reuse import choose as choose_position_reuse
@@ -23,7 +23,8 @@ from causalab_core.plugins import Registry
 
 
 def answer_token(tokenizer: Any, rows: tuple[dict, ...], column: str, where: str) -> tuple[int, ...]:
-    """The single token id of an answer column on each row."""
+    """The single token id of an answer column on each row: one token, never the unknown token."""
+    unknown = unknown_id(tokenizer)
     ids = []
     for i, row in enumerate(rows):
         if column not in row:
@@ -33,11 +34,15 @@ def answer_token(tokenizer: Any, rows: tuple[dict, ...], column: str, where: str
             raise PlanError(f"{where}: {row_name(rows, i)}, column {echo(column)}: an answer must be a string, "
                             f"got {echo(value)}")
         tokens = tokenizer(value, add_special_tokens=False)["input_ids"]
+        here = f"{where}: {row_name(rows, i)}, column {column!r}: answer {echo(value)}"
         if len(tokens) != 1:
-            raise PlanError(
-                f"{where}: {row_name(rows, i)}, column {column!r}: answer {echo(value)} is {len(tokens)} tokens, "
-                "not one (answers are scored as the next token; mind the leading space)"
-            )
+            # A metric reads one next-token logit: scoring the first of several would score another answer.
+            empty = " (empty text)" if not value else ""
+            raise PlanError(f"{here} is {len(tokens)} tokens{empty}, not one (answers are scored as the next "
+                            "token; mind the leading space)")
+        if tokens[0] == unknown:
+            raise PlanError(f"{here} is not in the model's vocabulary: the tokenizer reads it as the unknown token "
+                            f"{echo(tokenizer.unk_token)}, whose logit says nothing about the answer")
         ids.append(tokens[0])
     return tuple(ids)
 
@@ -58,6 +63,7 @@ class Compiler:
         self.doc_json = self.doc.model_dump(mode="json")
         self.ref = shell.model_ref(self.doc.model.key, self.doc.model.revision, self.doc.model.dtype)
         self.prompts = tokenize_inputs(self.doc.inputs, loaded.rows, shell.tokenizer, self.doc.variables)
+        check_prompts(self.prompts, loaded.rows, shell.config)
         self.resolvers = [cls() for cls in registry.components("position").values()]
         self._positions: dict[tuple[str, str, str], tuple[Resolved, ...]] = {}
         self.used_resolvers: set[str] = set()
@@ -265,7 +271,10 @@ class Compiler:
         """The rows a ``train.data`` spec names, tokenized (once per spec: every point of a sweep shares them)."""
         key = json.dumps(data, sort_keys=True)
         if key not in self._training:
-            tokenize = lambda rows: tokenize_inputs(self.doc.inputs, rows, self.shell.tokenizer, self.doc.variables)  # noqa: E731
+            def tokenize(rows):
+                prompts = tokenize_inputs(self.doc.inputs, rows, self.shell.tokenizer, self.doc.variables)
+                check_prompts(prompts, rows, self.shell.config, where)
+                return prompts
             self._training[key] = train_rows(data, self.loaded.data_folder, self.loaded.source, where, tokenize,
                                              self.registry)
         return self._training[key]

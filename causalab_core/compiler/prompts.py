@@ -180,3 +180,42 @@ def _variables(row: dict, renamed: dict[str, str]) -> dict:
         else:
             values.pop(variable, None)
     return values
+
+
+CONTEXT_NAMES = ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length", "seq_length")
+"""Where configs keep the longest input the model takes (BLOOM's ALiBi has none: no limit is checked)."""
+
+
+def context_length(config: Any) -> tuple[int, str] | None:
+    """The most positions the model takes, and the config field that says so; None where none does."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    for name in CONTEXT_NAMES:
+        value = getattr(text, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value, name
+    return None
+
+
+def unknown_id(tokenizer: Any) -> int | None:
+    """The id text outside the vocabulary becomes, or None. GPT-2 names its end-of-text token as its
+    unknown one; a byte-level vocabulary never needs one, so a token that is also BOS/EOS/pad is no unknown."""
+    unk = getattr(tokenizer, "unk_token_id", None)
+    others = {getattr(tokenizer, f"{name}_token_id", None) for name in ("bos", "eos", "pad")}
+    return None if unk is None or unk in others else unk
+
+
+def check_prompts(prompts: dict[str, list[RowText]], rows: Any, config: Any, where: str = "") -> None:
+    """Refuse a prompt no number can be read from: empty, or longer than the model's context (past it a
+    model with learned positions fails, and a rotary one reads positions it never saw: a number, but
+    no meaningful one). A word the vocabulary lacks is left to the model as its unknown token."""
+    at = f"{where}: " if where else ""
+    limit = context_length(config)
+    for name, texts in prompts.items():
+        for i, row in enumerate(texts):
+            here = f"{at}{row_name(rows, i)}, column {echo(name)}"
+            if not row.text or not row.ids:
+                raise PlanError(f"{here}: the prompt is empty{'' if not row.text else ' once tokenized'}; "
+                                "there is nothing to score a next token after")
+            if limit and len(row.ids) > limit[0]:
+                raise PlanError(f"{here}: the prompt is {len(row.ids)} tokens, longer than the model's context of "
+                                f"{limit[0]} positions (config {limit[1]}); shorten it or drop the row")

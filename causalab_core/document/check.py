@@ -162,6 +162,11 @@ def check_plugins(document: Document, registry: Registry) -> dict[str, Any]:
         for name, metric in document.metrics.items():
             cls = registry.get("metric", metric.kind, f"$.metrics.{name}.kind")
             metric_params[name] = _check_params(cls, metric, f"$.metrics.{name}", {"kind", "input"})
+            columns = list(cls().columns(metric_params[name]))
+            twice = next((c for i, c in enumerate(columns) if c in columns[:i]), None)
+            if twice is not None:  # one answer against itself: every row would score the same, whatever ran
+                raise DocumentError(f"$.metrics.{name}: column {echo(twice)} is named twice; the metric would "
+                                    "compare the answer with itself")
         checked: dict[str, dict[int, list[str]]] = {}  # axis -> index -> each featurizer parameter it becomes
         for name, feat in document.featurizers.items():
             cls = registry.get("featurizer", feat.kind, f"$.featurizers.{name}.kind")
