@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from causalab_core.errors import shorten
 from causalab_core.table import LoadedRun, load, metric_files
 
 SHOWN = 3
@@ -72,8 +73,10 @@ def _experiment_line(found: dict[str, Any], a: str, b: str) -> str | None:
     if "document" in differs:
         said.append(f"the documents differ at {_named(differs['document'])}")
     if "model" in differs:
-        said.append("the models differ ({})".format(" vs ".join(
-            str((m or {}).get("key")) + (f"@{m['revision']}" if (m or {}).get("revision") else "") for m in differs["model"])))
+        a_model, b_model = ((m if isinstance(m, dict) else {}) for m in differs["model"])
+        fields = [k for k in dict.fromkeys([*a_model, *b_model]) if a_model.get(k) != b_model.get(k)]
+        said.append("the models differ ({})".format(", ".join(
+            f"{k} {shorten(str(a_model.get(k)), 60)} vs {shorten(str(b_model.get(k)), 60)}" for k in fields)))
     if "data" in differs:
         rows = differs["data"]["rows"]
         said.append(f"the data rows differ ({rows[0]} vs {rows[1]} rows)" if rows[0] != rows[1] else

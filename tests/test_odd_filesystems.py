@@ -12,9 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 import causalab_core
 from causalab_core import api, output
+from causalab_core.cli import app
+from causalab_core.errors import OutputError
 from causalab_core.resume import store_path
 from causalab_testing.data import sweep_document, weekday_rows
 
@@ -82,6 +85,10 @@ def tree(folder: Path) -> dict[str, bytes]:
             if p.is_file() and p.name not in ("run.json", "manifest.json")}
 
 
+def plot(out: Path):
+    return CliRunner().invoke(app, ["plot", str(out), "--metric", "iia"])
+
+
 def cli(*args):
     return subprocess.run([CAUSALAB, *map(str, args)], capture_output=True, text=True, timeout=300)
 
@@ -108,9 +115,17 @@ def test_a_disk_that_fills_while_points_are_kept_is_one_line_and_keeps_them(swee
     assert 0 < len(kept) < 20 and not out.exists()
     assert [p.name for p in (store_path(out) / "points").iterdir() if not p.name.isdigit()] == []  # nothing half kept
     disk.resize("10m")
-    done = cli("run", doc, "--out", out, "--resume")
-    assert done.returncode == 0, done.stderr
+    told = []
+    api.run(doc, out=out, resume=True, points_done=lambda done, total: told.append(done))
+    assert told[0] == len(kept)  # only the points not kept were run
     assert tree(out) == tree(whole) and not store_path(out).exists()
+
+
+def refused(call, *needles) -> str:
+    with pytest.raises(OutputError) as caught:
+        call()
+    assert all(n in str(caught.value) for n in needles), str(caught.value)
+    return str(caught.value)
 
 
 def test_a_disk_too_full_for_the_store_is_refused_before_any_work(sweep, disk):
@@ -126,28 +141,26 @@ def test_a_disk_that_fills_while_the_output_is_written_keeps_the_points(sweep, d
     doc, whole = sweep
     disk.mount("600k")  # every point kept (about 400k), but not the output folder beside them
     out = disk.path / "o"
-    one_line(cli("run", doc, "--out", out), FULL, "cannot write it", "run again with --resume")
+    refused(lambda: api.run(doc, out=out), FULL, "cannot write it", "run again with --resume")
     assert kept_points(out) == list(range(20)) and not out.exists()
     assert [p.name for p in disk.path.iterdir()] == [".o.resume"]  # no unfinished folder left beside
     disk.resize("10m")
-    assert cli("run", doc, "--out", out, "--resume").returncode == 0
+    api.run(doc, out=out, resume=True)
     assert tree(out) == tree(whole)
 
 
 def test_an_empty_mount_point_is_written_into_and_replaced_in_place(sweep, disk):
     doc, whole = sweep
     disk.mount("10m")
-    done = cli("run", doc, "--out", disk.path)
-    assert done.returncode == 0, done.stderr
+    api.run(doc, out=disk.path)
     assert tree(disk.path) == tree(whole) and output.first_foreign(disk.path) is None
     assert subprocess.run(["mountpoint", "-q", str(disk.path)]).returncode == 0  # still the mount, written into
     assert len(causalab_core.load(disk.path).records["rows"]) == 20 * 3 * 6
     assert not [p for p in disk.path.parent.iterdir() if p.name.startswith(".")]  # no store, no leftovers
     # Not empty: refused without --force, replaced in place with it.
-    one_line(cli("run", doc, "--out", disk.path), "not empty")
-    assert cli("plot", disk.path, "--metric", "iia").returncode == 0
-    done = cli("run", doc, "--out", disk.path, "--force")
-    assert done.returncode == 0, done.stderr
+    refused(lambda: api.run(doc, out=disk.path), "not empty")
+    assert plot(disk.path).exit_code == 0 and (disk.path / "iia.png").is_file()
+    api.run(doc, out=disk.path, force=True)
     assert tree(disk.path) == tree(whole) and not (disk.path / "iia.png").exists()
 
 
@@ -155,25 +168,24 @@ def test_a_sweep_interrupted_on_a_mount_point_resumes_into_it(sweep, disk):
     doc, whole = sweep
     disk.mount("10m")
 
-    script = ("import sys; from causalab_core import api\n"
-              "def stop(done, total):\n    if done == 16: raise KeyboardInterrupt\n"
-              "try: api.run(sys.argv[1], out=sys.argv[2], points_done=stop)\n"
-              "except KeyboardInterrupt: sys.exit(130)\n")
-    killed = subprocess.run([sys.executable, "-c", script, str(doc), str(disk.path)], capture_output=True, text=True)
-    assert killed.returncode == 130, killed.stderr
+    def stop(done, total):
+        if done == 16:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        api.run(doc, out=disk.path, points_done=stop)
     assert kept_points(disk.path) == list(range(16)) and list(disk.path.iterdir()) == []
-    done = cli("run", doc, "--out", disk.path, "--resume")
-    assert done.returncode == 0, done.stderr
+    api.run(doc, out=disk.path, resume=True)
     assert tree(disk.path) == tree(whole) and not store_path(disk.path).exists()
 
 
 def test_a_full_mount_point_keeps_the_previous_output_whole(sweep, disk):
     doc, whole = sweep
     disk.mount("10m")
-    assert cli("run", doc, "--out", disk.path).returncode == 0
+    api.run(doc, out=disk.path)
     before = {**tree(disk.path), "manifest.json": (disk.path / "manifest.json").read_bytes()}
     disk.shrink()  # the new files, staged inside the mount first, do not fit
-    one_line(cli("run", doc, "--out", disk.path, "--force"), FULL)
+    refused(lambda: api.run(doc, out=disk.path, force=True), FULL)
     assert {**tree(disk.path), "manifest.json": (disk.path / "manifest.json").read_bytes()} == before
     assert sorted(p.name for p in disk.path.iterdir() if p.name.startswith(".")) == []  # nothing staged left
     assert output.first_foreign(disk.path) is None and causalab_core.load(disk.path).records["rows"]
@@ -207,9 +219,11 @@ def test_a_plot_on_a_full_disk_is_one_line_and_the_run_stays_readable(sweep, dis
     out = disk.path / "o"
     api.run(doc, out=out)
     filler = disk.fill()
-    one_line(cli("plot", out, "--metric", "iia"), FULL, "iia.png")
+    failed = plot(out)
+    assert failed.exit_code == 2 and failed.stdout == "" and failed.stderr.count("\n") == 1, failed.stderr
+    assert failed.stderr.startswith("OutputError: ") and FULL in failed.stderr and "iia.png" in failed.stderr
     assert not (out / "iia.png").exists() and output.first_foreign(out) is None
     assert len(causalab_core.load(out).records["rows"]) == 20 * 3 * 6  # the folder is as the run left it
     filler.unlink()
-    assert cli("plot", out, "--metric", "iia").returncode == 0 and (out / "iia.png").is_file()
+    assert plot(out).exit_code == 0 and (out / "iia.png").is_file()
     assert "iia.png" in json.loads((out / "manifest.json").read_text())["files"]

@@ -168,12 +168,18 @@ def _relabel(d, r):
     return d, r
 
 
+def _bfloat16(d, r):
+    d["model"]["dtype"] = "bfloat16"
+    return d, r
+
+
 @pytest.mark.parametrize("change,first_line,differs", [
     (lambda d, r: (d, r[::-1]), "the data rows differ (both 6 rows, other rows or another order)", {"data"}),
     (lambda d, r: (d, r[:5]), "the data rows differ (6 vs 5 rows)", {"data"}),
     (_add_layer, "the documents differ at $.reads.cf_resid.layer", set()),
     (_relabel, "the documents differ at $.metrics.iia.label", {"document"}),
-], ids=["rows reversed", "a row fewer", "an extra point", "another label"])
+    (_bfloat16, "the models differ (dtype float32 vs bfloat16)", {"model"}),
+], ids=["rows reversed", "a row fewer", "an extra point", "another label", "another dtype"])
 def test_compare_says_first_when_runs_are_not_of_one_experiment(base, tmp_path, change, first_line, differs):
     _, _, out = base
     other = _variant(base, tmp_path, change)
