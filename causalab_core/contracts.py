@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from causalab_core.errors import EngineError
+from causalab_core.errors import EngineError, echo
 
 if TYPE_CHECKING:
     import torch
@@ -311,7 +311,6 @@ class Metric:
 def values_problem(values: Any, eligible: Sequence[bool]) -> str | None:
     """What breaks the contract in a metric's ``compute`` result for these rows, or None: a ``MetricValues``
     with one float (or None) per row, None where a row is not eligible, and a summary of plain numbers."""
-    from causalab_core.errors import echo
 
     def number(v: Any) -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool)
