@@ -22,9 +22,13 @@ def at_dtype(source: Path, dtype: str, folder: Path) -> Path:
 
 
 def metric_files(out: Path) -> dict[tuple[str, str], dict]:
-    """(point folder, metric) -> the metric file's content, for every point of a finished run."""
-    return {(path.parent.name, path.stem): json.loads(path.read_text())
-            for path in sorted(Path(out).glob("*/*.json")) if path.name != "document.json"}
+    """(point folder, metric) -> the metric file's content, for every point of a finished run (read as its
+    manifest lists it, each file checked: ``causalab_core.load``)."""
+    from causalab_core import table
+
+    run = table.load(out)
+    return {(rel.rpartition("/")[0], Path(rel).stem): json.loads(run.files[rel])
+            for rel in table.metric_files(run.folder, run.files) if "/" in rel}
 
 
 def deltas(run: Path, reference: Path) -> dict[str, float]:
