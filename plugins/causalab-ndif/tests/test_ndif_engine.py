@@ -44,7 +44,14 @@ def test_a_sweep_through_the_server_writes_the_local_files_byte_for_byte(ndif_se
 
     mine, theirs = json.loads(here["run.json"]), json.loads(there["run.json"])
     assert {k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k)} == {
-        "engine", "remote", "server", "served_dtype", "server_causalab", "code", "components"} | ({"arithmetic"} if mine["arithmetic"] != theirs["arithmetic"] else set())
+        "engine", "remote", "server", "served_dtype", "server_causalab", "code", "components", "jobs"} | ({"arithmetic"} if mine["arithmetic"] != theirs["arithmetic"] else set())
+    # Each job's points and bytes on the wire, as run.json keeps them and the run's stderr says them.
+    jobs = theirs["jobs"]
+    assert [job["points"] for job in jobs] == [16, 8]  # chunks of the 24 points
+    assert all(job["sent_bytes"] > 1000 and job["received_bytes"] > 1000 for job in jobs)
+    said = [line for line in remote.stderr.splitlines() if line.startswith("job of ")]
+    assert said == [f"job of {j['points']} points: sent {j['sent_bytes']:,} bytes, "
+                    f"received {j['received_bytes']:,} bytes" for j in jobs]
     assert theirs["components"]["engine"] == {"ndif": f"causalab-ndif {theirs['causalab']['distributions']['causalab-ndif']['version']}"}
     assert (mine["remote"], theirs["remote"]) == (False, True)
     assert theirs["server"] == {"asked": ndif_server.host, "python": sys.version.split()[0],
@@ -123,12 +130,69 @@ def test_a_model_the_server_does_not_serve_is_refused_with_what_it_serves(ndif_s
     assert not (tmp_path / "o").exists()
 
 
+def test_a_document_without_the_served_revision_is_told_the_revision_to_pin(ndif_server, write_doc, tmp_path):
+    document = json.loads(SWEEP.read_text())
+    served, revision = document["model"].pop("revision"), None
+    document["sweep"] = {"layer": [0], "pos": [-1]}
+    done = ndif_server.run([CAUSALAB, "run", str(write_doc(document)), "--engine", "ndif", "--out", str(tmp_path / "o")])
+    assert done.returncode == 1
+    asked = f"at revision {revision}" if revision else "with no model.revision"
+    shown = f"causalab-toy/weekdays@{revision}" if revision else "causalab-toy/weekdays"
+    assert done.stderr.startswith(
+        f"PlanError: model {shown} is not served by the NDIF server at {ndif_server.host} (the document asks for it "
+        f"{asked}; the server has it at revision {served}: pin one in the document, "
+        f'"model": {{"revision": "{served}"}}); it serves: '), done.stderr
+    assert done.stderr.count("\n") == 1 and not (tmp_path / "o").exists()
+
+
+def test_another_revision_than_served_is_told_too_and_another_model_is_not():
+    from causalab_core.errors import PlanError
+    from causalab_ndif.preflight import refuse_unserved
+
+    def key(repo, revision, cls="causalab_nnterp.model.ServedTransformer"):
+        return f'{cls}:{json.dumps({"repo_id": repo, "revision": revision, "task": "text-generation"})}'
+
+    served = {key("org/m", "aaa"): {}, key("org/m", "bbb"): {}, key("org/other", "ccc"): {},
+              key("org/m", "ddd", "nnsight.modeling.transformers.TransformersModel"): {}}
+    with pytest.raises(PlanError) as told:
+        refuse_unserved(key("org/m", "zzz"), served, "http://h", "org/m@zzz", "zzz")
+    assert "(the document asks for it at revision zzz; the server has it at revision aaa or bbb: pin one" in str(told.value)
+    with pytest.raises(PlanError) as told:
+        refuse_unserved(key("org/new", None), served, "http://h", "org/new")
+    assert str(told.value) == ("model org/new is not served by the NDIF server at http://h; it serves: org/m@aaa, "
+                               "org/m@bbb, org/m@ddd, org/other@ccc")
+
+
 def test_an_unreachable_host_is_one_line_naming_it(sweep_doc, tmp_path):
     done = subprocess.run([CAUSALAB, "run", str(sweep_doc), "--engine", "ndif", "--out", str(tmp_path / "o")],
                           capture_output=True, text=True, env={**os.environ, "NDIF_HOST": "http://127.0.0.1:9"})
     assert done.returncode == 1
     assert done.stderr.startswith("EngineError: cannot reach the NDIF server at http://127.0.0.1:9:")
     assert done.stderr.count("\n") == 1
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_timeout_bounds_the_first_request_to_a_server_that_never_answers(sweep_doc, tmp_path):
+    """A socket that accepts and never answers: the run ends within its timeout, the /env request included."""
+    import socket
+    import time
+
+    def run(host: str, *options: str) -> tuple[subprocess.CompletedProcess, float]:
+        began = time.monotonic()
+        done = subprocess.run([CAUSALAB, "run", str(sweep_doc), "--engine", "ndif", "--out", str(tmp_path / "o"),
+                               *options], capture_output=True, text=True, env={**os.environ, "NDIF_HOST": host})
+        return done, time.monotonic() - began
+
+    _, baseline = run("http://127.0.0.1:9")  # start-up and compiling, refused at once
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # the kernel completes the handshake; nobody ever reads or writes
+        host = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        done, seconds = run(host, "--option", "timeout=3")
+    assert done.returncode == 1
+    assert done.stderr == (f"EngineError: the NDIF server at {host} did not answer /env within 3 s "
+                           "(--option timeout=SECONDS)\n")
+    assert seconds < baseline + 3 + 3, (seconds, baseline)
     assert not (tmp_path / "o").exists()
 
 
@@ -232,6 +296,9 @@ def test_ndif_env_shows_client_and_server_side_by_side(ndif_server):
         assert any(line.split("│")[1].strip() == name for line in table.splitlines() if line.count("│") > 3), name
     assert "differs" not in table
     assert "causalab-toy/weekdays" in table and "causalab-toy/entity" in table and "float32" in table
+    core = importlib.metadata.version("causalab-core")
+    assert (f"code=auto picks installed: the server's /env lists causalab-core {core}, so the block runs the "
+            "server's own copy") in table
 
 
 DECOY_CLIENT = """
@@ -355,10 +422,20 @@ def test_a_remote_sweep_killed_midway_resumes_to_the_same_bytes(ndif_server, tmp
     assert process.poll() is None
     process.send_signal(signal.SIGKILL)
     process.wait(30)
-    assert not out.exists() and 0 < len([p for p in points.iterdir() if p.name.isdigit()]) < 24
+    kept = len([p for p in points.iterdir() if p.name.isdigit()])
+    assert not out.exists() and 0 < kept < 24
     resumed = ndif_server.run([CAUSALAB, "run", str(SWEEP), "--engine", "ndif", "--out", str(out), "--resume"])
     assert resumed.returncode == 0, resumed.stderr
-    assert tree(out) == tree(tmp_path / "whole")  # run.json and the manifest included
+    here, there = tree(out), tree(tmp_path / "whole")
+    assert sorted(here) == sorted(there)
+    assert [name for name in here if name not in ("run.json", "manifest.json") and here[name] != there[name]] == []
+    # run.json is the whole run's but for its jobs: the interrupted run's first job is listed, then the jobs
+    # of the points it had not kept (bytes on the wire are measured, not decided: they vary by a few bytes).
+    mine, theirs = json.loads(here["run.json"]), json.loads(there["run.json"])
+    assert [job["points"] for job in theirs.pop("jobs")] == [16, 8]
+    left = 24 - kept
+    assert [job["points"] for job in mine.pop("jobs")] == [16, *([16, left - 16] if left > 16 else [left])]
+    assert mine == theirs
 
 
 

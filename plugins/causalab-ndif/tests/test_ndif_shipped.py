@@ -151,3 +151,11 @@ def test_ndif_env_shows_a_server_without_causalab(bare_server):
     assert "not installed" in rows["causalab-core"] and "not installed" in rows["nnterp"]
     assert "differs" not in rows["torch"] and "differs" not in rows["nnsight"]
     assert "causalab-toy/weekdays" in done.stdout
+    # What the installed mode would need there is not "client only"; what never runs there is.
+    assert rows["causalab-core"].split("│")[4].strip() == "needed for code=installed"
+    assert rows["causalab-nnterp"].split("│")[4].strip() == "needed for code=installed"
+    assert rows["causalab-featurizers"].split("│")[4].strip() == (
+        "needed for code=installed by documents using its featurizers")
+    assert rows["causalab-metrics"].split("│")[4].strip() == "client only"
+    assert "code=auto picks shipped: the server's /env lists no causalab-core, so the block's code travels by value" \
+        in done.stdout

@@ -24,7 +24,7 @@ def causalab_commands(app: Any) -> None:
 @hookimpl
 def causalab_provenance(engine: str, remote: bool, plan: Any, details: dict[str, Any]) -> dict[str, Any] | None:
     """run.json's ``server`` (what the host's /env says), ``served_dtype`` (read inside the block) and
-    ``code`` (how the block's code reached the server: installed there, or shipped by value)."""
+    ``code`` (how the block's code reached the server: installed there, or shipped by value), ``jobs``."""
     if engine != "ndif" or "host" not in details:
         return None
     from causalab_ndif.server import server_record
@@ -35,4 +35,6 @@ def causalab_provenance(engine: str, remote: bool, plan: Any, details: dict[str,
         record["skew"] = details["skew"]
     if details.get("dtype_mismatch"):
         record["dtype_mismatch"] = details["dtype_mismatch"]
+    if details.get("jobs"):  # each job's points and the bytes it sent and received
+        record["jobs"] = details["jobs"]
     return record

@@ -23,11 +23,19 @@ def env(
     from causalab_core.provenance import environment
 
     from causalab_ndif.environment import describe, side_by_side
+    from causalab_ndif.preflight import block_distributions
     from causalab_ndif.server import resolved_host
 
     with reported(verbose):
         server = describe(host or resolved_host())
-    Console(highlight=False).print(side_by_side(environment(registry()), server))
+        installed = registry()
+        # What the installed mode needs on the server: every block imports these; a featurizer's plugin,
+        # where a document uses its featurizers.
+        needed = {name: "for code=installed" for name in block_distributions(installed, {})}
+        for name in installed.names("featurizer"):
+            needed.setdefault(installed.provider("featurizer", name).distribution,
+                              "for code=installed by documents using its featurizers")
+    Console(highlight=False).print(side_by_side(environment(installed), server, needed))
 
 
 @ndif.command("server-requirements")

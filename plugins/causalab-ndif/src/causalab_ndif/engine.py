@@ -6,6 +6,7 @@ import contextlib
 import functools
 import io
 import sys
+import time
 
 from typing import Literal
 
@@ -16,8 +17,8 @@ from causalab_core.errors import EngineError
 from causalab_nnterp import NnterpEngine
 
 from causalab_ndif import preflight, shipping
-from causalab_ndif.environment import installed_version
-from causalab_ndif.remote_errors import bounded, local_error
+from causalab_ndif.environment import auto_code
+from causalab_ndif.remote_errors import JobTimeout, bounded, local_error
 from causalab_ndif.server import resolved_host, served_models, server_env
 
 
@@ -51,12 +52,23 @@ class NdifEngine(NnterpEngine):
                                  dtype=plan.model.dtype)
 
     def run(self, plan, remote, batch_size, classes, positions):
-        """Check the server, send the session, and keep what it said about itself in ``details``."""
+        """Check the server, send the session, and keep what it said about itself in ``details``. The
+        ``timeout`` bounds every wait of it: the ``/env`` and ``/status`` requests, and the job."""
         host = remote_host(remote) or resolved_host()
-        packages = server_env(host).get("packages", {})
+        started = time.monotonic()
+        try:
+            with bounded(self.options.timeout, host):
+                return self._run(plan, host, batch_size, classes, positions,
+                                 lambda: max(0.001, self.options.timeout - (time.monotonic() - started)))
+        except JobTimeout as exc:  # the deadline fell between two waits
+            raise local_error(exc, host) from None
+
+    def _run(self, plan, host, batch_size, classes, positions, left):
+        told = self.options.timeout
+        packages = server_env(host, left(), told).get("packages", {})
         reuse = {"optimize": self.options.optimize, "positions": positions}
-        shipped = self.options.code == "shipped" or (
-            self.options.code == "auto" and installed_version(packages, "causalab-core") is None)
+        asked = self.options.code
+        shipped = asked == "shipped" or (asked == "auto" and auto_code(packages)[0] == "shipped")
         if shipped:
             wanted = shipping.server_requirements()
             model = shipping.PlainModel(plan.model.source, key=plan.model.key, revision=plan.model.revision,
@@ -69,18 +81,24 @@ class NdifEngine(NnterpEngine):
                                         self.options.allow_skew, **reuse)
         skew = preflight.check(host, wanted, packages, self.options.allow_skew)
         shown = f"{plan.model.key}@{plan.model.revision}" if plan.model.revision else plan.model.key
-        deployments = served_models(host)
-        preflight.refuse_unserved(model.to_model_key(), deployments, host, shown)
+        deployments = served_models(host, left(), told)
+        preflight.refuse_unserved(model.to_model_key(), deployments, host, shown, plan.model.revision)
         announced = deployments[model.to_model_key()].get("dtype")
         mismatch = self._check_dtype(announced, plan.model.dtype, host, shown)
         status = StatusLine(sys.stderr)
         try:
-            with contextlib.redirect_stdout(status), bounded(self.options.timeout, host):
+            with contextlib.redirect_stdout(status):
                 results, served, shipment = session()
         except Exception as exc:  # what the server raised, or what stopped the request
             raise local_error(exc, host) from None
         finally:
             status.end_line()
+        # What the job cost on the wire, under its status lines; run.json keeps every job's (a resumed run's
+        # engine starts from what the interrupted one kept).
+        job = {"points": len(plan.points), "sent_bytes": shipment.payload_bytes,
+               "received_bytes": shipment.received_bytes}
+        print(f"job of {job['points']} point{'s' if job['points'] != 1 else ''}: sent {job['sent_bytes'] or 0:,} "
+              f"bytes, received {job['received_bytes'] or 0:,} bytes", file=sys.stderr)
         if dtype_name(served["served_dtype"]) != dtype_name(announced):  # /status said otherwise, or nothing
             mismatch = self._check_dtype(served["served_dtype"], plan.model.dtype, host, shown)
         self.details = {
@@ -90,6 +108,7 @@ class NdifEngine(NnterpEngine):
             "server_causalab": served.get("causalab"),
             "skew": {name: list(pair) for name, pair in {**skew, **served.get("skew", {})}.items()},
             "code": shipment.record(),
+            "jobs": [*self.details.get("jobs", []), job],
         }
         return results
 

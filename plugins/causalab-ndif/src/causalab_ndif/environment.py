@@ -9,6 +9,7 @@ from typing import Any
 
 from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from causalab_core.errors import CausalabError
 
@@ -68,14 +69,24 @@ def installed_version(packages: dict[str, str], distribution: str) -> str | None
     return None
 
 
+def auto_code(packages: dict[str, str]) -> tuple[str, str]:
+    """What ``code=auto`` picks against a server whose ``/env`` lists ``packages``, and why."""
+    core = installed_version(packages, "causalab-core")
+    if core is None:
+        return "shipped", "the server's /env lists no causalab-core, so the block's code travels by value"
+    return "installed", f"the server's /env lists causalab-core {core}, so the block runs the server's own copy"
+
+
 def _cell(version: str | None, digest: str | None = None) -> str:
     if version is None:
         return "not installed"
     return f"{version} {digest[:12]}" if digest else version
 
 
-def side_by_side(client: dict[str, Any], server: dict[str, Any]) -> Group:
-    """Packages (watched and causalab, with digests) and the server's served models."""
+def side_by_side(client: dict[str, Any], server: dict[str, Any], needed: dict[str, str] | None = None) -> Group:
+    """Packages (watched and causalab, with digests), the server's served models, and the mode ``code=auto``
+    picks. ``needed``: the causalab distributions the installed mode needs on the server, with when."""
+    needed = needed or {}
     packages = Table(title=f"this client and {server['host']}")
     for column in ("package", "client", "server", ""):
         packages.add_column(column)
@@ -94,7 +105,8 @@ def side_by_side(client: dict[str, Any], server: dict[str, Any]) -> Group:
         same = mine is not None and theirs is not None and mine["version"] == theirs["version"] and (
             theirs["digest"] is None or mine["digest"] == theirs["digest"])
         # A server needs only what a block imports (`causalab ndif server-requirements`): lacking the rest is fine.
-        packages.add_row(name, left, right, "" if same else "client only" if theirs is None else "differs")
+        missing = f"needed {needed[name]}" if name in needed else "client only"
+        packages.add_row(name, left, right, "" if same else missing if theirs is None else "differs")
     if server.get("causalab") is None:
         packages.caption = "server digests not checked: no served model's checkpoint is on this client"
 
@@ -108,4 +120,5 @@ def side_by_side(client: dict[str, Any], server: dict[str, Any]) -> Group:
             data = {"repo_id": model_key}
         served.add_row(str(data.get("repo_id")), str(data.get("revision")), str(record.get("dtype")),
                        str(record.get("state")))
-    return Group(packages, served)
+    mode, why = auto_code(server["packages"])
+    return Group(packages, served, Text(f"code=auto picks {mode}: {why}"))

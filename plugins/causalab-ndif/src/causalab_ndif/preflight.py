@@ -49,21 +49,40 @@ def describe_skew(skew: dict[str, tuple[Any, Any]], host: str) -> str:
             f"(recorded in run.json){ship}")
 
 
-def refuse_unserved(model_key: str, served: dict[str, dict[str, Any]], host: str, shown: str) -> None:
-    """A PlanError listing what the server serves, unless ``model_key`` is among it."""
+def refuse_unserved(model_key: str, served: dict[str, dict[str, Any]], host: str, shown: str,
+                    revision: str | None = None) -> None:
+    """A PlanError listing what the server serves, unless ``model_key`` is among it. Where it serves the
+    document's model at other revisions (the document pinned none, or another), the line names them."""
     if model_key in served:
         return
     listing = ", ".join(sorted(_readable(k) for k in served)) or "nothing"
-    raise PlanError(f"model {shown} is not served by the NDIF server at {host}; it serves: {listing}")
+    repo, kind = _fields(model_key).get("repo_id"), model_key.split(":", 1)[0]
+    others = sorted({str(_fields(k).get("revision")) for k in served  # the same model class, the same repo
+                     if repo is not None and k.split(":", 1)[0] == kind and _fields(k).get("repo_id") == repo
+                     and _fields(k).get("revision") not in (None, revision)})
+    pin = ""
+    if others:
+        asked = f"at revision {revision}" if revision else "with no model.revision"
+        pin = (f" (the document asks for it {asked}; the server has it at revision {' or '.join(others)}: "
+               f"pin one in the document, \"model\": {{\"revision\": \"{others[0]}\"}})")
+    raise PlanError(f"model {shown} is not served by the NDIF server at {host}{pin}; it serves: {listing}")
 
 
-def _readable(model_key: str) -> str:
-    """``repo_id@revision`` from a remote model key (``import.path:{json}``), else the key itself."""
+def _fields(model_key: str) -> dict[str, Any]:
+    """The JSON part of a remote model key (``import.path:{json}``), or nothing."""
     import json
 
     try:
         data = json.loads(model_key.split(":", 1)[1])
     except (IndexError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _readable(model_key: str) -> str:
+    """``repo_id@revision`` from a remote model key (``import.path:{json}``), else the key itself."""
+    data = _fields(model_key)
+    if not data:
         return model_key
     revision = data.get("revision")
     return f"{data.get('repo_id')}@{revision}" if revision else str(data.get("repo_id"))

@@ -6,13 +6,14 @@ config file); causalab has none of its own.
 
 from __future__ import annotations
 
-import functools
 import json
 import urllib.error
 import urllib.request
 from typing import Any
 
 from causalab_core.errors import EngineError
+
+from causalab_ndif.remote_errors import JobTimeout
 
 TIMEOUT_S = 30
 
@@ -25,30 +26,42 @@ def resolved_host() -> str:
     return host if "://" in host else f"https://{host}"
 
 
-def get_json(host: str, path: str) -> Any:
-    """GET ``host + path`` as JSON; an unreachable or failing server is one EngineError naming the host."""
+def get_json(host: str, path: str, timeout: float = TIMEOUT_S, told: float | None = None) -> Any:
+    """GET ``host + path`` as JSON within ``timeout`` seconds; an unreachable, silent or failing server is one
+    EngineError naming the host (a silent one: with ``told``, the run's whole timeout, else ``timeout``)."""
     request = urllib.request.Request(host.rstrip("/") + path, headers={"Accept": "application/json"})
+    silent = EngineError(f"the NDIF server at {host} did not answer {path} within {told or timeout:g} s "
+                         "(--option timeout=SECONDS)")
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             return json.loads(response.read().decode())
+    except (TimeoutError, JobTimeout):  # the socket's own timeout, or the run's deadline (SIGALRM) first
+        raise silent from None
     except urllib.error.HTTPError as exc:
         raise EngineError(f"the NDIF server at {host} answered {path} with HTTP {exc.code} ({exc.reason})") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise EngineError(f"cannot reach the NDIF server at {host}: {reason}") from None
+    except urllib.error.URLError as exc:
+        if isinstance(exc.reason, TimeoutError):  # the connection itself timed out
+            raise silent from None
+        raise EngineError(f"cannot reach the NDIF server at {host}: {exc.reason}") from None
+    except OSError as exc:
+        raise EngineError(f"cannot reach the NDIF server at {host}: {exc}") from None
     except ValueError:
         raise EngineError(f"the NDIF server at {host} answered {path} with something that is not JSON") from None
 
 
-@functools.cache
-def server_env(host: str) -> dict[str, Any]:
+_ENV: dict[str, Any] = {}
+
+
+def server_env(host: str, timeout: float = TIMEOUT_S, told: float | None = None) -> dict[str, Any]:
     """The server's ``/env`` (Python version and installed packages), asked once per host."""
-    return get_json(host, "/env")
+    if host not in _ENV:
+        _ENV[host] = get_json(host, "/env", timeout, told)
+    return _ENV[host]
 
 
-def served_models(host: str) -> dict[str, dict[str, Any]]:
+def served_models(host: str, timeout: float = TIMEOUT_S, told: float | None = None) -> dict[str, dict[str, Any]]:
     """Deployments the server runs now, by remote model key: ``{key: {"dtype", "state", "level"}}``."""
-    status = get_json(host, "/status")
+    status = get_json(host, "/status", timeout, told)
     served = {}
     for entry in status.get("deployments", {}).values():
         if entry.get("model_key") and entry.get("deployment_level") == "HOT":

@@ -72,10 +72,12 @@ def shipped_packages(classes) -> tuple[str, ...]:
 
 @dataclass
 class Shipment:
-    """What one request carried: the modules whose code went by value, and the payload's size in bytes."""
+    """What one request carried: the modules whose code went by value, the payload's size in bytes (as
+    sent, compressed where nnsight compresses), and the size of the result that came back."""
 
     modules: set[str] = field(default_factory=set)
     payload_bytes: int | None = None
+    received_bytes: int | None = None
 
     def record(self) -> dict:
         """run.json's ``code``: how the code travelled and, shipped, exactly what. The same for every chunk
@@ -95,7 +97,7 @@ class Shipment:
 @contextlib.contextmanager
 def measured(packages: tuple[str, ...] = ()):
     """For the body, exactly ``packages`` of causalab's pickle by value (recording which of their modules
-    did), and the request's payload size is kept; everything is put back after.
+    did), and the request's payload size and its result's are kept; everything is put back after.
 
     nnsight registers, once per process, every package importable from outside site-packages (an
     editable install included) to travel by value; left alone, an editable causalab would ship itself
@@ -104,6 +106,7 @@ def measured(packages: tuple[str, ...] = ()):
     """
     import cloudpickle
     from cloudpickle import cloudpickle as internals
+    from nnsight.intervention.backends.remote import RemoteBackend
     from nnsight.ndif import pull_env
     from nnsight.schema.request import RequestModel
 
@@ -125,14 +128,22 @@ def measured(packages: tuple[str, ...] = ()):
         shipment.payload_bytes = len(blob)
         return blob
 
+    finalize = RemoteBackend.__dict__["finalize"]
+
+    def received(self, content):  # every route a result's bytes arrive by ends here, still as sent
+        shipment.received_bytes = (shipment.received_bytes or 0) + len(content)
+        return finalize(self, content)
+
     by_value -= theirs
     for name in packages:
         cloudpickle.register_pickle_by_value(sys.modules[name])
     internals._is_registered_pickle_by_value = recording
     RequestModel.serialize = classmethod(sized)
+    RemoteBackend.finalize = received
     try:
         yield shipment
     finally:
+        RemoteBackend.finalize = finalize
         RequestModel.serialize = serialize
         internals._is_registered_pickle_by_value = is_by_value
         by_value -= set(packages)
