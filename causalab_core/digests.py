@@ -38,6 +38,7 @@ def distribution_digest(distribution: str, module: ModuleType | None = None) -> 
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
     own = [f for f in files if not (f.parts[0].endswith((".dist-info", ".data")) or f.parts[0] == ".."
+                                    or f.parts[0].startswith(("__editable__", "_editable_impl_"))  # an import hook
                                     or "__pycache__" in f.parts or f.suffix in (".pyc", ".pth"))]
     return _digest((f.as_posix(), f.locate()) for f in own) if own else "unknown"
 
