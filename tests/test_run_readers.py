@@ -248,17 +248,13 @@ def test_the_readme_pivot_works_when_positions_are_objects(entity_run):
 
 def test_plots_label_positions_with_their_tokens(entity_run, base):
     run = causalab_core.load(entity_run)
-    labels = token_labels(run, "iia_answer", run.document)["pos"]
-    content = json.loads((entity_run / "layer=0,pos=-1" / "iia_answer.json").read_text())
-    tokens = {"".join(r["tokens"]).strip() for r in content["positions"]["patch"]["rows"]}
-    assert labels["-1"] == (f"-1 ({tokens.pop()})" if len(tokens) == 1 else labels["-1"])
-    assert set(labels) == {"entity[-1]", "-4", "-1"} and all(label.startswith(f"{key} (") for key, label in labels.items())
-    # A token that differs per row shows the first row's and says it varies.
-    weekday = causalab_core.load(base[2])
-    shown = token_labels(weekday, "iia", weekday.document)["pos"]
-    first = json.loads((base[2] / "layers=0,pos=-10" / "iia.json").read_text())["positions"]["patch"]["rows"]
-    texts = ["".join(r["tokens"]).strip() for r in first]
-    assert shown["-10"] == (f"-10 ({texts[0]})" if len(set(texts)) == 1 else f"-10 (varies: {texts[0]}, …)")
+    rows = json.loads((entity_run / "layer=0,pos=entity[-1]" / "iia_answer.json").read_text())["positions"]["patch"]["rows"]
+    first = rows[0]["tokens"][0]
+    assert len({r["tokens"][0] for r in rows}) > 1  # the entity differs per row: the first row's, and "varies"
+    assert token_labels(run, "iia_answer", run.document) == {"pos": {
+        "entity[-1]": f"entity[-1] (varies: {first}, …)", "-4": "-4 (varies: second, …)", "-1": "-1 (:)"}}
+    weekday = causalab_core.load(base[2])  # the same token on every row
+    assert token_labels(weekday, "iia", weekday.document) == {"pos": {"-2": "-2 (A)", "-10": "-10 (what)", "-1": "-1 (:)"}}
     code, stdout, _ = invoke("plot", entity_run, "--metric", "iia_answer")
     assert code == 0 and (entity_run / "iia_answer.png").read_bytes().startswith(b"\x89PNG")
 
