@@ -227,3 +227,23 @@ def test_a_plot_on_a_full_disk_is_one_line_and_the_run_stays_readable(sweep, dis
     filler.unlink()
     assert plot(out).exit_code == 0 and (out / "iia.png").is_file()
     assert "iia.png" in json.loads((out / "manifest.json").read_text())["files"]
+
+
+def test_a_bind_mount_of_the_same_filesystem_is_written_in_place(tmp_path):
+    """os.path.ismount does not see a bind mount within one filesystem; renaming it still fails (EBUSY)."""
+    if os.geteuid() != 0:
+        pytest.skip("bind mounts need root (CI runs as root)")
+    (tmp_path / "src").mkdir()
+    target = tmp_path / "bound"
+    target.mkdir()
+    if subprocess.run(["mount", "--bind", str(tmp_path / "src"), str(target)], capture_output=True).returncode:
+        pytest.skip("cannot bind-mount here")
+    try:
+        assert not os.path.ismount(target) and output.mount_point(target)
+        output.write_folder(target, {"run.json": b"{}\n", "p/iia.json": b"1\n"}, force=False)
+        output.write_folder(target, {"run.json": b"{}\n", "q/iia.json": b"2\n"}, force=True)
+        assert sorted(str(p.relative_to(target)) for p in target.rglob("*")) == [
+            "manifest.json", "q", "q/iia.json", "run.json"]
+        assert output.read_run(target)["q/iia.json"] == b"2\n"
+    finally:
+        subprocess.run(["umount", "-l", str(target)], check=True)

@@ -142,3 +142,20 @@ def test_a_store_holding_what_causalab_did_not_write_is_refused(long_sweep, tmp_
     assert done.returncode == 2 and done.stderr.startswith(f"OutputError: --out {out}: .o.resume beside it ")
     assert done.stderr.count("\n") == 1
     assert (store / "notes.txt").read_text() == "mine" if spoil == "user file" else store.is_symlink()
+
+
+def test_a_kept_file_changed_after_its_point_was_counted_is_refused_not_written_out(tmp_path):
+    from causalab_core.resume import open_store
+
+    store = open_store(tmp_path / "o", {"document": "d"}, resume=False)
+    store.keep(0, {"document.json": b"{}\n", "iia.json": b'{"values": [1.0]}\n'}, {})
+    assert store.done() == {0} and store.files(0)["iia.json"] == b'{"values": [1.0]}\n'
+    kept = store.points / "0" / "iia.json"
+    kept.write_bytes(b'{"values": [0.0]}\n')  # after done() counted it, before the output is assembled
+    with pytest.raises(OutputError) as caught:
+        store.files(0)
+    assert str(caught.value) == f"'{kept}' changed since causalab wrote it; the run's numbers cannot be read from it"
+    kept.unlink()
+    with pytest.raises(OutputError, match="iia.json' is missing; the run's numbers cannot be read from it"):
+        store.files(0)
+    store.remove()
