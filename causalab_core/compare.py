@@ -54,7 +54,7 @@ def experiment(left: LoadedRun, right: LoadedRun) -> dict[str, Any]:
         differs["document"] = paths
     if doc_a.get("model") != doc_b.get("model"):
         differs["model"] = [doc_a.get("model"), doc_b.get("model")]
-    if count_a != count_b or digest_a != digest_b:
+    if count_a != count_b or (digest_a and digest_b and digest_a != digest_b):  # an older run.json has no digest
         differs["data"] = {"rows": [count_a, count_b], "sha256": [digest_a, digest_b]}
     points_a = list(dict.fromkeys(r["point"] for r in left.records["summaries"]))  # in the sweep's order
     points_b = list(dict.fromkeys(r["point"] for r in right.records["summaries"]))
