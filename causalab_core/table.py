@@ -125,12 +125,15 @@ def load(out: str | Path) -> LoadedRun:
     if "run.json" not in files or "document.json" not in files:
         raise OutputError(f"{echo(str(folder))} is not a causalab output folder (no run.json and document.json)")
     document = _json(folder, "document.json", files["document.json"])
-    sweep = (document.get("sweep") or {}) if isinstance(document, dict) else {}
+    if not isinstance(document, dict):
+        raise OutputError(f"{folder / 'document.json'}: not a document causalab wrote (not a JSON object)")
+    sweep = document.get("sweep") or {}
     if not isinstance(sweep, dict) or not all(isinstance(v, list) for v in sweep.values()):
-        raise OutputError(f"{echo(str(folder / 'document.json'))}: $.sweep: not a document causalab wrote")
+        raise OutputError(f"{folder / 'document.json'}: $.sweep: not a document causalab wrote "
+                          f"(the sweep is not an object of lists: {echo(sweep)})")
     axes = tuple(sweep)
     shown = {axis: hashable(values) for axis, values in sweep.items()}
-    metric_order = list(document.get("metrics") or {})
+    metric_order = list(document.get("metrics") or {}) if isinstance(document.get("metrics"), dict) else []
     contents = []
     for rel in metric_files(folder, files):
         content = _json(folder, rel, files[rel])

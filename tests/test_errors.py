@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 
 import pytest
@@ -234,11 +235,23 @@ def test_a_relative_model_key_is_relative_to_the_document(base_doc, write_doc, t
     assert result.exit_code == 0, result.stderr
 
 
+def _listed_run(folder, files: dict[str, bytes]):
+    """A folder whose manifest vouches for ``files``: what causalab would have written, however odd."""
+    from causalab_core import output
+
+    output.write_folder(folder, {"run.json": b"{}\n", **files}, force=False)
+    return folder
+
+
 def test_plot_of_a_corrupt_run_is_one_line(tmp_path):
-    (tmp_path / "document.json").write_text('{"metrics": ')
-    result = run_cli("plot", tmp_path)
-    assert result.exit_code == 2 and result.stderr.startswith(f"OutputError: {tmp_path / 'document.json'}: ")
+    out = _listed_run(tmp_path / "o", {"document.json": b'{"metrics": '})
+    result = run_cli("plot", out)
+    assert result.exit_code == 2 and result.stderr.startswith(f"OutputError: '{out / 'document.json'}': ")
     assert result.stderr.count("\n") == 1
+    (out / "manifest.json").unlink()  # no manifest: nothing in the folder is the run's
+    result = run_cli("plot", out)
+    assert result.exit_code == 2 and result.stderr == f"OutputError: '{out}' is not a causalab output folder " \
+        "(no manifest.json of causalab's)\n"
 
 
 def test_the_python_api_works_any_number_of_times(base_doc, write_doc):
@@ -278,6 +291,9 @@ def test_plot_of_a_metric_file_with_a_bad_summary_is_one_line(sweep_doc, tmp_pat
     content = json.loads(bad.read_text())
     content["summary"] = {"mean": "x"}
     bad.write_text(json.dumps(content))
+    manifest = json.loads((tmp_path / "o" / "manifest.json").read_text())  # listed as if causalab wrote it
+    manifest["files"]["layers=0,pos=-4/iia.json"] = hashlib.sha256(bad.read_bytes()).hexdigest()
+    (tmp_path / "o" / "manifest.json").write_text(json.dumps(manifest))
     result = run_cli("plot", tmp_path / "o", "--metric", "iia")
     assert result.exit_code == 2 and "not a metric file causalab wrote" in result.stderr
 
@@ -325,9 +341,9 @@ def test_a_bad_featurizer_file_is_one_line_naming_the_document_and_the_file(base
 
 @pytest.mark.parametrize("sweep", [{"layers": 5}, {"layers": None}, {"layers": []}, ["layers"], "x" * 10_000])
 def test_plot_of_a_run_whose_sweep_is_not_lists_is_one_line(tmp_path, sweep):
-    (tmp_path / "document.json").write_text(json.dumps({"metrics": {"iia": {}}, "sweep": sweep}))
-    result = run_cli("plot", tmp_path)
-    assert result.exit_code == 2 and result.stderr.startswith(f"OutputError: {tmp_path / 'document.json'}: $.sweep")
+    out = _listed_run(tmp_path / "o", {"document.json": json.dumps({"metrics": {"iia": {}}, "sweep": sweep}).encode()})
+    result = run_cli("plot", out)
+    assert result.exit_code == 2 and result.stderr.startswith(f"OutputError: {out / 'document.json'}: $.sweep")
     assert result.stderr.count("\n") == 1 and len(result.stderr) < 600
 
 
