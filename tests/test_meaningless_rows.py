@@ -94,11 +94,11 @@ def test_every_family_says_how_long_a_prompt_it_takes():
     assert {limit for limit, _ in found.values()} == {128}, found
 
 
-@pytest.mark.parametrize("model", ["tiny_llama", "tiny_gpt2"])
-def test_an_empty_prompt_is_refused(model, request, write_doc, tmp_path):
-    """GPT-2 tokenizes it to nothing; the Llama to its BOS alone: no prompt either way."""
+@pytest.mark.parametrize("model, prompt", [("tiny_llama", ""), ("tiny_gpt2", ""), ("tiny_llama", "  \n ")])
+def test_an_empty_prompt_is_refused(model, prompt, request, write_doc, tmp_path):
+    """GPT-2 tokenizes "" to nothing; the word-level Llama "" and blanks to its BOS alone: no prompt either way."""
     rows = weekday_rows(3)
-    rows[1]["base"] = ""
+    rows[1]["base"] = prompt
     line = refused(write_doc(one_point(request.getfixturevalue(model)), rows), tmp_path)
     assert "row rows.jsonl:2, column 'base': the prompt is empty" in line
 
@@ -189,3 +189,49 @@ def test_the_same_rows_are_scored_the_same_with_or_without_a_coinciding_row(tiny
     a = json.loads((tmp_path / "a" / "logit_diff.json").read_text())["values"]
     b = json.loads((tmp_path / "b" / "logit_diff.json").read_text())["values"]
     assert b[2] is None and [v for i, v in enumerate(a) if i != 2] == [v for i, v in enumerate(b) if i != 2]
+
+
+# -- every tokenizer style (shell checkpoints: a config and a tokenizer, enough to compile) ------------
+
+
+def _one_token(tok, candidates=(" the", " a", "the", "a", " Alice", "Alice", " key", "key")):
+    unk = tok.unk_token_id
+    return next(c for c in candidates if len(ids := tok(c, add_special_tokens=False)["input_ids"]) == 1 and ids[0] != unk)
+
+
+@pytest.mark.parametrize("style", ["byte_bpe", "sp_bpe", "sp_unigram", "sp_normalizer", "word"])
+def test_every_tokenizer_style_refuses_what_cannot_be_scored(style, write_doc, tmp_path):
+    from causalab_testing.tokenizers import shell_checkpoint, tokenizer
+
+    model = shell_checkpoint(tmp_path / "model", style)
+    tok = tokenizer(style)
+    answer = _one_token(tok)
+    rows = [{"base": "Alice has the key .", "counterfactual": "Bob has the key .", "base_answer": answer,
+             "cf_answer": answer} for _ in range(3)]
+    plan = api.plan(write_doc(one_point(model), rows))  # coinciding answers: a reason at scoring, not a refusal
+    assert plan.rows == 3
+    rows[1]["cf_answer"] = " ☃"  # outside every vocabulary: the unknown token, or several byte tokens
+    line = refused(write_doc(one_point(model), rows), tmp_path)
+    assert "row rows.jsonl:2, column 'cf_answer': answer ' ☃'" in line
+    unknown = len(tok(" ☃", add_special_tokens=False)["input_ids"]) == 1
+    assert ("not in the model's vocabulary" in line) if unknown else ("tokens" in line and "not one" in line)
+    rows[1]["cf_answer"] = answer
+    rows[2]["counterfactual"] = "Bob has the key . " * 80  # the shell's context is 256 positions
+    line = refused(write_doc(one_point(model), rows), tmp_path)
+    assert "row rows.jsonl:3, column 'counterfactual'" in line and "context of 256 positions" in line
+
+
+def test_an_end_of_text_answer_is_no_unknown_token_where_the_tokenizer_names_it_so(write_doc, tmp_path):
+    """GPT-2 calls <|endoftext|> its unknown token too: predicting the end of the text is still an answer."""
+    from transformers import PreTrainedTokenizerFast
+
+    from causalab_testing.tokenizers import shell_checkpoint, tokenizer
+
+    model = shell_checkpoint(tmp_path / "model", "byte_bpe", bos=False)
+    base = tokenizer("byte_bpe", bos=False)
+    eos = base.eos_token
+    PreTrainedTokenizerFast(tokenizer_object=base.backend_tokenizer, bos_token=eos, eos_token=eos, unk_token=eos,
+                            pad_token=base.pad_token).save_pretrained(model)
+    rows = [{"base": "Alice has the key .", "counterfactual": "Bob has the box .", "base_answer": eos,
+             "cf_answer": _one_token(base)} for _ in range(2)]
+    assert api.plan(write_doc(one_point(model), rows)).rows == 2

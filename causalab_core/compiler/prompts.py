@@ -204,16 +204,17 @@ def unknown_id(tokenizer: Any) -> int | None:
     return None if unk is None or unk in others else unk
 
 
-def check_prompts(prompts: dict[str, list[RowText]], rows: Any, config: Any, where: str = "") -> None:
+def check_prompts(prompts: dict[str, list[RowText]], rows: Any, tokenizer: Any, config: Any, where: str = "") -> None:
     """Refuse a prompt no number can be read from: empty, or longer than the model's context (past it a
     model with learned positions fails, and a rotary one reads positions it never saw: a number, but
     no meaningful one). A word the vocabulary lacks is left to the model as its unknown token."""
     at = f"{where}: " if where else ""
     limit = context_length(config)
+    special = set(getattr(tokenizer, "all_special_ids", ()))
     for name, texts in prompts.items():
         for i, row in enumerate(texts):
             here = f"{at}{row_name(rows, i)}, column {echo(name)}"
-            if not row.text or not row.ids:
+            if not row.text or all(t in special for t in row.ids):  # "" or "   ": nothing, or a BOS alone
                 raise PlanError(f"{here}: the prompt is empty{'' if not row.text else ' once tokenized'}; "
                                 "there is nothing to score a next token after")
             if limit and len(row.ids) > limit[0]:
