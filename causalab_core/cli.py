@@ -178,7 +178,7 @@ def plugins(verbose: Verbose = False) -> None:
             {"name": p.name, "distribution": p.distribution, "version": p.version,
              "hooks": list(p.hooks), "digest": p.digest,
              "provides": {kind: [n for n in reg.names(kind) if reg.provider(kind, n) is p]
-                          for kind in ("engine", "position", "featurizer", "metric", "causal_model")
+                          for kind in ("engine", "position", "featurizer", "metric", "intervention", "causal_model")
                           if any(reg.provider(kind, n) is p for n in reg.names(kind))},
              # A name two plugins offer: neither is used, and a document naming it is refused.
              **({"clashes": clashes} if (clashes := [f"{kind} {name!r} (also offered by "

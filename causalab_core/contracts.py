@@ -244,6 +244,52 @@ class Featurizer:
             raise ValueError(f"featurizer {self.name!r} has no state to load")
 
 
+# -- interventions ------------------------------------------------------------
+
+NEEDS = ("source", "resample", "mean", "tensor", "noise", "nothing")
+"""What value ``v`` an intervention needs at a site: the write's source read on the row (``source``) or on
+another row drawn from a seed (``resample``); a statistic over rows, the source read's mean over its
+eligible rows (``mean``, less the mean of the read ``minus`` names when given); one vector from a
+safetensors file that travels in the plan with its digest (``tensor``); standard normal noise drawn on the
+CPU from a seed and the row (``noise``); or none (``nothing``)."""
+COMBINES = ("replace", "add", "scale", "interpolate")
+"""How ``v`` meets the site's value ``x``: ``v``; ``x + alpha v``; ``alpha x``; ``(1 - alpha) x + alpha v``."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """An intervention lowered to what every engine computes (``runtime.interventions``): plain data.
+
+    The value comes from the write's ``source`` read; ``minus`` names a read whose mean a ``mean`` subtracts,
+    ``tensor`` the path of a vector file (relative to the document's data folder), ``seed`` the noise's or
+    the resample's seed."""
+
+    needs: str
+    combine: str
+    alpha: float = 1.0
+    minus: str | None = None
+    tensor: str | None = None
+    seed: int | None = None
+
+
+class Intervention:
+    """What a write does at its site: ``recipe(params)`` says what it needs and how it combines.
+
+    The math is core's (``causalab_core.runtime.interventions``), the same on every engine and on a server
+    with no plugin installed; a kind is a choice of a need, a combination and their parameters. ``Params``
+    forbids unknown keys; ``recipe`` raises ValueError for parameters that contradict each other (one
+    line, named at the write's ``intervention``). What reuse a kind allows follows from its need: one whose
+    value is a statistic over rows (``mean``) or another row's value (``resample``) needs every row's reads
+    at once, so position-level reuse, which keeps one batch's, stays off for it
+    (``runtime.positions.other_rows``); shared reads and prefix reuse hold for every need."""
+
+    name: ClassVar[str]
+    Params: ClassVar[type[BaseModel]] = NoParams
+
+    def recipe(self, params: BaseModel) -> Recipe:
+        raise NotImplementedError
+
+
 # -- metrics ------------------------------------------------------------------
 
 

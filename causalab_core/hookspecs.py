@@ -49,6 +49,15 @@ def causalab_featurizers() -> list[type]:
 
 
 @hookspec
+def causalab_interventions() -> list[type]:
+    """Return intervention classes (see :class:`causalab_core.contracts.Intervention`).
+
+    An intervention is what a write puts at its site: a source's value (``swap``), zero, a mean over rows,
+    noise, a vector added... Its ``recipe`` says what value it needs and how it combines with the site's.
+    """
+
+
+@hookspec
 def causalab_metrics() -> list[type]:
     """Return metric classes (see :class:`causalab_core.contracts.Metric`).
 

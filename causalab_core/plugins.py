@@ -31,11 +31,12 @@ KIND_HOOKS = {
     "position": "causalab_position_resolvers",
     "featurizer": "causalab_featurizers",
     "metric": "causalab_metrics",
+    "intervention": "causalab_interventions",
     "causal_model": "causalab_causal_models",
 }
 # How a failure names each kind.
 KIND_WORDS = {"engine": "engine", "position": "position resolver", "featurizer": "featurizer",
-              "metric": "metric", "causal_model": "causal model"}
+              "metric": "metric", "intervention": "intervention", "causal_model": "causal model"}
 
 
 @dataclass(frozen=True)

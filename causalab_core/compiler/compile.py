@@ -15,6 +15,7 @@ from causalab_core.document import LoadedDocument, check_document
 from causalab_core.document.load import row_name
 from causalab_core.document.schema import ReadSpec, WriteSpec
 from causalab_core.errors import PlanError, echo
+from causalab_core.compiler.interventions import lowered
 from causalab_core.compiler.featurizers import TrainingRows, identity, train_rows, with_loaded_state
 from causalab_core.ir import (
     FeaturizerRef, Fit, MetricPlan, Plan, Point, PositionRecord, Read, Run, Scoring, Write,
@@ -146,7 +147,10 @@ class Compiler:
         needs = dict(self.registry.get("metric", metric.kind)().needs(self.metric_params[name]))
         scored = self.metric_step_input(metric)
         writes = list(self.doc.writes.values())
-        source = self.doc.reads[writes[0].source].input if writes else scored
+        source = (self.doc.reads[writes[0].source].input if writes[0].source else None) if writes else scored
+        if source is None and "counterfactual" in needs:
+            raise PlanError(f"$.metrics.{name}: metric kind {metric.kind!r} reads the counterfactual run, and the "
+                            "writes take their values from no read")
         keys = {"intervened": scored, "base": f"{scored}.clean", "counterfactual": source}
         for role, views in needs.items():
             bad = [v for v in views if v not in VIEWS]
@@ -215,16 +219,25 @@ class Compiler:
             site = self.site(spec, where, point)
             resolved = self.resolve(spec.input, spec.position)
             records.append(self.record(wname, "write", spec.input, resolved))
-            read_spec, source = reads[spec.source]
-            self._check_write(wname, where, point, site, resolved, source)
+            intervention = None
+            if spec.intervention is not None:  # the point's own values, sweep references replaced
+                intervention = lowered(self.registry, raw["intervention"], f"{where}.intervention", site,
+                                       self.windows(resolved), spec.source, {n: r for n, (_, r) in reads.items()},
+                                       self.loaded.data_folder, lambda i: row_name(self.loaded.rows, i))
+            read_spec, source = reads[spec.source] if spec.source is not None else (None, None)
+            plain = intervention is None or intervention.needs == "source"  # a resample or a mean reads other rows
+            self._check_write(wname, where, point, site, resolved, source if plain else None)
             featurizer = None
             if spec.featurizer is not None:
                 fspec = point_doc["featurizers"][spec.featurizer]
                 featurizer = self._featurizer(spec.featurizer, fspec, site, spec.position, point)
+                if fspec.get("train") and intervention is not None and intervention.kind != "swap":
+                    raise PlanError(f"{where}.intervention: featurizer {spec.featurizer!r} is trained by a swap; "
+                                    f"a write through it cannot be {intervention.kind!r} too")
                 if fspec.get("train") and spec.featurizer not in fits:
                     fits[spec.featurizer] = self.fit(point, featurizer, fspec["train"], spec, source, read_spec, site)
             writes.setdefault(spec.input, []).append(
-                Write(wname, spec.source, site, self.windows(resolved), featurizer)
+                Write(wname, spec.source, site, self.windows(resolved), featurizer, intervention)
             )
         return writes, records, list(fits.values())
 
@@ -296,6 +309,8 @@ class Compiler:
                 f"write {wname!r} has nothing to write on row(s) {_some(missing, self.loaded.rows)}{at}. A read may skip a row; "
                 "a write may not: the row would score as if an intervention had happened"
             )
+        if source is None:  # the intervention checked what it reads (compiler.interventions)
+            return
         unread = {i: "source_not_eligible" for i, w in enumerate(source.windows) if not w}
         if unread:
             raise PlanError(f"write {wname!r}: its source read {source.name!r} has no value on row(s) {_some(unread, self.loaded.rows)}{at}")

@@ -24,7 +24,7 @@ option overrides the pick; ``run.json`` records what ran and why.
 from __future__ import annotations
 
 from causalab_core.ir import ModelRef, Point
-from causalab_core.runtime.positions import first_position, memory_refusal, refusal
+from causalab_core.runtime.positions import first_position, memory_refusal, other_rows, refusal
 from causalab_core.runtime.reuse import first_written_layer
 
 # The share of the writing runs' block x position work the mode must save.
@@ -62,7 +62,7 @@ def choose(model: ModelRef, prompts: dict[str, tuple], points: tuple[Point, ...]
         return picked(False, f"{model.dtype}: the mode's agreement with the plain path is checked in float32")
     if model.architecture not in CHECKED:
         return picked(False, f"{model.architecture} is not among the families position reuse is checked on")
-    refused = refusal(model, prompts)
+    refused = refusal(model, prompts) or other_rows(points)
     if refused:
         return picked(False, refused)
     if share < MIN_SAVED:

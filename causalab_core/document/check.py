@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from causalab_core.document.load import json_path
+from causalab_core.document.interventions import check_interventions
 from causalab_core.document.schema import SWEEPABLE, Document, SweepRef, is_sweep_ref
 from causalab_core.errors import DocumentError, PluginError, clip, echo, shorten
 from causalab_core.plugins import Registry
@@ -29,6 +30,10 @@ def _sweep_refs(document: Document) -> list[tuple[str, str]]:
                 refs.append((f"$.featurizers.{name}.{key}", value["sweep"]))
         if spec.train is not None and isinstance(spec.train.seed, SweepRef):
             refs.append((f"$.featurizers.{name}.train.seed", spec.train.seed.sweep))
+    for name, spec in document.writes.items():  # an intervention's parameters (e.g. a steering's alpha)
+        for key, value in (spec.intervention.model_dump() if spec.intervention else {}).items():
+            if is_sweep_ref(value):
+                refs.append((f"$.writes.{name}.intervention.{key}", value["sweep"]))
     return refs
 
 
@@ -51,9 +56,9 @@ def check_references(document: Document) -> None:
         where = f"$.writes.{name}"
         if write.input not in inputs:
             raise DocumentError(f"{where}.input: {echo(write.input)} is not one of the inputs {inputs_shown}")
-        if write.source not in document.reads:
+        if write.source is not None and write.source not in document.reads:
             raise DocumentError(f"{where}.source: no read named {echo(write.source)}")
-        if document.reads[write.source].input == write.input:
+        if write.source is not None and document.reads[write.source].input == write.input:
             raise DocumentError(f"{where}.source: read {echo(write.source)} is taken from {echo(write.input)}, the input this write changes")
         if write.featurizer is not None and write.featurizer not in document.featurizers:
             raise DocumentError(f"{where}.featurizer: no featurizer named {echo(write.featurizer)} under $.featurizers")
@@ -180,6 +185,7 @@ def check_plugins(document: Document, registry: Registry) -> dict[str, Any]:
             if feat.train is not None and not getattr(cls, "trainable", False):
                 raise DocumentError(f"$.featurizers.{name}.train: featurizer kind {echo(feat.kind)} has nothing to train")
         _same_once_checked(document, checked)
+        check_interventions(document, registry, _sweep_variants, _check_params)
         resolvers = [cls() for cls in registry.components("position").values()]
         for group, specs in (("reads", document.reads), ("writes", document.writes)):
             for name, spec in specs.items():

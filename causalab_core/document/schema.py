@@ -16,6 +16,7 @@ from pydantic import (
     Field,
     PlainValidator,
     WithJsonSchema,
+    model_serializer,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
@@ -137,16 +138,37 @@ class ReadSpec(Frozen):
     head: Head | None = Field(None, description="Attention head, for site `head` only.")
 
 
+class InterventionSpec(BaseModel):
+    """What the write puts at its site: an intervention of a plugin-provided `kind`; its other keys are that
+    kind's parameters (a `{"sweep": axis}` reference may take a parameter's value)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+    kind: Name
+
+
 class WriteSpec(Frozen):
-    """Swap a read's value into another input's run, at a layer, site and position."""
+    """Swap a read's value into another input's run, at a layer, site and position (or intervene otherwise)."""
 
     input: Name = Field(description="Which input's run is intervened on.")
-    source: Name = Field(description="The read whose value is written.")
+    source: Name | None = Field(None, description="The read whose value is written (the intervention's source; "
+                                                  "a swap, resample, mean or difference of means needs one).")
     layer: Layer
     site: Literal[SITES] = "block_output"
     position: Position
     head: Head | None = None
     featurizer: Name | None = Field(None, description="A featurizer declared under `featurizers`; none swaps the whole vector.")
+    intervention: InterventionSpec | None = Field(
+        None, description="What the write does (`kind`: swap, zero, mean, resample, noise, add, or a plugin's); "
+        "none swaps the source's value in.")
+
+    @model_serializer(mode="wrap")
+    def _absent_intervention(self, handler):
+        """A write without an intervention dumps as it did before interventions existed (the plan's copy of
+        the document, and so its bytes, stay the same)."""
+        data = handler(self)
+        if self.intervention is None and isinstance(data, dict):
+            data.pop("intervention", None)
+        return data
 
 
 class TrainSpec(Frozen):

@@ -4,6 +4,7 @@ from causalab_core.errors import PlanError
 from causalab_core.ir.nodes import (
     FeaturizerRef,
     Fit,
+    InterventionRef,
     MetricPlan,
     ModelRef,
     Plan,
@@ -17,6 +18,6 @@ from causalab_core.ir.nodes import (
 )
 
 __all__ = [
-    "FeaturizerRef", "Fit", "MetricPlan", "ModelRef", "Plan", "PlanError", "Point",
+    "FeaturizerRef", "Fit", "InterventionRef", "MetricPlan", "ModelRef", "Plan", "PlanError", "Point",
     "PositionRecord", "Read", "Run", "Scoring", "Site", "Write",
 ]

@@ -92,14 +92,42 @@ class FeaturizerRef:
 
 
 @dataclass(frozen=True)
+class InterventionRef:
+    """What a write puts at its site other than the source's value (``contracts.Intervention``), lowered by the
+    compiler to plain data: the value ``v`` it needs and how ``v`` combines with the site's value ``x``.
+
+    needs: ``source`` (the source read on the row, or on ``rows[i]``), ``mean`` (the source read's mean over
+    its eligible rows, less ``minus``'s), ``tensor`` (``tensor``'s one vector), ``noise`` (standard normal,
+    drawn on the CPU from ``seed`` and the row), ``nothing``.
+    combine: ``replace`` (v), ``add`` (x + alpha v), ``scale`` (alpha x), ``interpolate`` ((1 - alpha) x + alpha v).
+    Through a featurizer, both are featurized and the result keeps ``x``'s error term."""
+
+    kind: str
+    params: dict[str, Any]
+    needs: str
+    combine: str
+    alpha: float = 1.0
+    minus: str | None = None
+    """``mean``: a read whose mean is subtracted (a difference of means)."""
+    rows: Rows | None = None
+    """``source``: per row, the row whose source value it takes (a resample), drawn at compile time."""
+    seed: int | None = None
+    tensor: bytes | None = None
+    """``tensor``: a safetensors file's bytes, read once on the client (as a trained featurizer's state)."""
+    tensor_digest: str | None = None
+
+
+@dataclass(frozen=True)
 class Write:
-    """Put the value of read ``source`` into this run at ``site`` on each row's window."""
+    """Put the value of read ``source`` into this run at ``site`` on each row's window (or what
+    ``intervention`` computes; None: the swap, as before interventions existed)."""
 
     name: str
-    source: str
+    source: str | None
     site: Site
     windows: Rows
     featurizer: FeaturizerRef | None = None
+    intervention: InterventionRef | None = None
 
 
 @dataclass(frozen=True)
@@ -229,5 +257,16 @@ class Plan:
         writes = [w for step in self.steps() for w in (step.writes if step.kind == "run" else (step.write,))]
         return [w.featurizer for w in writes if w.featurizer is not None]
 
+    def interventions(self) -> list[InterventionRef]:
+        """Every intervention other than the plain swap a write makes, in plan order."""
+        return [w.intervention for step in self.steps() if step.kind == "run" for w in step.writes
+                if w.intervention is not None]
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return asdict(self, dict_factory=_plain_dict)
+
+
+def _plain_dict(items: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A node's fields, without a write's absent intervention: a plan without one is the dict it was before
+    interventions existed (``resume.plan_digest`` and ``causalab plan --json`` read it)."""
+    return {k: v for k, v in items if not (k == "intervention" and v is None)}

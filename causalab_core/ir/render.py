@@ -40,7 +40,11 @@ def render(plan: Plan) -> str:
                 lines.append(f"          {_windows(records[read.name])}")
             for write in step.writes:
                 via = f" via {write.featurizer.name} ({write.featurizer.kind})" if write.featurizer else ""
-                lines.append(f"    write {write.name} <- {write.source}{via} @ {_site(write.site)}")
+                if write.intervention is None:
+                    lines.append(f"    write {write.name} <- {write.source}{via} @ {_site(write.site)}")
+                else:
+                    took = f" <- {write.source}" if write.source else ""
+                    lines.append(f"    write {write.name} {write.intervention.kind}{took}{via} @ {_site(write.site)}")
                 lines.append(f"          {_windows(records[write.name])}")
             if step.scoring:
                 lines.append(f"    score next-token logits of {', '.join(step.scoring.columns)}")

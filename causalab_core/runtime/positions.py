@@ -255,11 +255,23 @@ def refusal(model, prompts: dict) -> str | None:
     return None
 
 
+def other_rows(points) -> str | None:
+    """Why the mode cannot run these points, or None: a write whose intervention reads other rows' values (a
+    mean, a resample) needs every row's reads at once, and the mode keeps one batch's."""
+    for point in points:
+        for step in point.steps:
+            for write in (step.writes if step.kind == "run" else ()):
+                if write.intervention is not None and write.intervention.needs in ("mean", "resample"):
+                    return (f"write {write.name!r} ({write.intervention.kind}) reads other rows' values, and "
+                            "position reuse keeps one batch of rows' reads at a time")
+    return None
+
+
 def decide(options, plan) -> dict:
     """Whether an engine with ``options`` (``contracts.ReuseOptions``) runs ``plan`` with position reuse:
     ``{"used": bool, "by": "option" | "planner", "why": str}`` (run.json's ``position_reuse``). Refused,
     before any work, where the mode would not compute what the plain path does."""
-    refused = options.positions is True and refusal(plan.model, plan.prompts)
+    refused = options.positions is True and (refusal(plan.model, plan.prompts) or other_rows(plan.points))
     if refused:
         raise EngineError(f"positions=true: {refused}; run with positions=false")
     if options.positions != "auto":

@@ -11,7 +11,7 @@ from causalab_core.contracts import Engine, ReuseOptions, refuse_options
 from causalab_core.errors import EngineError, shorten
 from causalab_core.ir import Fit, Plan, Run
 from causalab_core.runtime import (
-    Batch, answer_scores, as_heads, batches, featurizers_for, fit_featurizer, gather, joined, minibatch, scatter,
+    Batch, answer_scores, as_heads, batches, featurizers_for, fit_featurizer, gather, joined, minibatch, put,
 )
 from causalab_core.runtime.positions import (
     UNSUPPORTED, CleanCaches, EagerAttention, decide, first_written_position, keys_values, last_position, prefix_cache,
@@ -342,9 +342,8 @@ def editor(reads, writes, batch: Batch, store, swaps, stop: bool):
             store[read.name][span] = gather(as_heads(hidden, read.site), read.windows[span], batch.offsets)
         if writes:
             hidden = hidden.clone()
-            for write in writes:
-                scatter(as_heads(hidden, write.site), write.windows[span], batch.offsets,
-                        store[write.source][span], swaps[write.name])
+            for write in writes:  # the one place a written value is computed (runtime.interventions)
+                put(as_heads(hidden, write.site), write, span, batch.offsets, store, swaps[write.name])
         if stop:
             raise _StopForward
         return hidden

@@ -1,0 +1,120 @@
+"""A write's value at its site: the swap, or what its intervention computes (``ir.InterventionRef``).
+
+``put`` is the one place every engine computes a written value and puts it in: the hooks engine's hook and
+the nnterp block (locally, or shipped to a server) call it for each write. The value ``v`` an intervention
+needs and how it combines with the site's value ``x`` are documented on ``contracts.NEEDS`` and
+``contracts.COMBINES``; through a featurizer both are featurized and ``x``'s error term is kept.
+
+Imported inside engines' blocks: module-level functions only; inside functions, imports of torch,
+safetensors and the standard library alone.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from causalab_core.errors import EngineError
+from causalab_core.runtime.windows import scatter, window_index
+
+# Seeds noise per row: the document's seed and the row's index, never torch's global state.
+ROW_STRIDE = 2**32
+
+
+def put(target: torch.Tensor, write, span: slice, offsets, store, featurizer) -> None:
+    """Write ``write``'s value for rows ``span`` (a batch of the plan's rows) into ``target`` in place, at each
+    row's window (``offsets``: the batch's left padding). ``store``: the point's reads, each a list over every
+    row of the plan (a mean or a resample reads rows outside the batch)."""
+    iv = write.intervention
+    windows = write.windows[span]
+    if iv is None or (iv.needs == "source" and iv.rows is None and iv.combine == "replace"):
+        scatter(target, windows, offsets, store[write.source][span], featurizer)  # the swap, byte for byte
+        return
+    rows = list(range(span.start, span.stop))
+    values = needed(iv, write, store, rows, windows)
+    index = window_index(windows, offsets)
+    if index is not None:
+        r, c = index
+        stacked = None if values is None else torch.stack(values).to(target.device)
+        target[r, c] = intervened(featurizer, iv, target[r, c], stacked, rows)
+        return
+    for b, (window, offset) in enumerate(zip(windows, offsets)):
+        cols = [p + offset for p in window]
+        value = None if values is None else values[b].to(target.device).unsqueeze(0)
+        target[b, cols] = intervened(featurizer, iv, target[b, cols].unsqueeze(0), value, rows[b:b + 1])[0]
+
+
+def needed(iv, write, store, rows: list[int], windows) -> list[torch.Tensor] | None:
+    """Per row, the value ``v`` ``[window width, site width]`` (None for noise, drawn where its shape is known,
+    and for a kind that needs nothing)."""
+    if iv.needs == "source":
+        return [store[write.source][row] for row in rows]
+    if iv.needs == "resample":
+        return [store[write.source][iv.rows[row]] for row in rows]
+    if iv.needs == "mean":
+        vector = mean_of(store, write.source, write.name)
+        if iv.minus is not None:
+            vector = vector - mean_of(store, iv.minus, write.name)
+    elif iv.needs == "tensor":
+        vector = loaded_vector(iv, write.name)
+    else:
+        return None
+    return [vector.expand(len(window), -1) for window in windows]
+
+
+def mean_of(store, read: str, write: str) -> torch.Tensor:
+    """The read's mean over every position of every row it resolved on, in float32."""
+    if any(v is None for v in store[read]):  # position reuse keeps one batch's reads: the planner avoids it
+        raise EngineError(f"write {write!r}: read {read!r} is not recorded on every row; a mean needs them all")
+    values = [v for v in store[read] if len(v)]
+    if not values:
+        raise EngineError(f"write {write!r}: a mean over no eligible rows of read {read!r}")
+    return torch.cat([v.float() for v in values]).mean(0)
+
+
+def loaded_vector(iv, write: str) -> torch.Tensor:
+    """The vector file that travelled in the plan, after checking its digest (float32)."""
+    import hashlib
+
+    from safetensors.torch import load
+
+    if hashlib.sha256(iv.tensor).hexdigest() != iv.tensor_digest:
+        raise EngineError(f"write {write!r}: its vector does not match the digest the client recorded")
+    return next(iter(load(iv.tensor).values())).float()
+
+
+def noise(seed: int, rows: list[int], shape) -> torch.Tensor:
+    """Standard normal noise ``[rows, *shape]``, drawn on the CPU from a generator per row seeded by ``seed``
+    and the row's index: the same numbers on every engine and device, whatever the batching."""
+    drawn = []
+    for row in rows:
+        generator = torch.Generator().manual_seed(seed * ROW_STRIDE + row)
+        drawn.append(torch.randn(tuple(shape), generator=generator, dtype=torch.float32))
+    return torch.stack(drawn)
+
+
+def intervened(featurizer, iv, base: torch.Tensor, value: torch.Tensor | None, rows: list[int]) -> torch.Tensor:
+    """The written value for ``base`` ``[rows, window, width]``: the combination in float32 outside any
+    autocast (as ``windows.swap``), through the featurizer where there is one, cast back to base's dtype."""
+    with torch.autocast(device_type=base.device.type, enabled=False):
+        x, error = featurizer.featurize(base.float()) if featurizer is not None else (base.float(), None)
+        if iv.needs == "noise":
+            v = noise(iv.seed or 0, rows, x.shape[1:]).to(x.device)
+        elif value is not None:
+            v = featurizer.featurize(value.float())[0] if featurizer is not None else value.float()
+        else:
+            v = None
+        out = combined(iv.combine, iv.alpha, x, v)
+        return (featurizer.inverse(out, error) if featurizer is not None else out).to(base.dtype)
+
+
+def combined(how: str, alpha: float, x: torch.Tensor, v: torch.Tensor | None) -> torch.Tensor:
+    """``contracts.COMBINES``: replace, add, scale, interpolate."""
+    if how == "replace":
+        return v.to(x.dtype)
+    if how == "add":
+        return x + alpha * v
+    if how == "scale":
+        return alpha * x
+    if how == "interpolate":
+        return (1 - alpha) * x + alpha * v
+    raise EngineError(f"unknown combination {how!r}")

@@ -1,0 +1,122 @@
+"""The kinds' recipes, composition with a featurizer, and what a document without an intervention keeps."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from pydantic import ValidationError
+
+from causalab_core import api
+from causalab_core.contracts import Recipe
+from causalab_core.plugins import registry
+from causalab_interventions import Add, Mean, Noise, Resample, Swap, Zero
+from causalab_testing.data import sweep_document, weekday_rows
+
+ROWS = weekday_rows(8, seed=3)
+
+
+def test_recipes():
+    assert Swap().recipe(Swap.Params()) == Recipe("source", "replace")
+    assert Zero().recipe(Zero.Params()) == Recipe("nothing", "scale", alpha=0.0)
+    assert Mean().recipe(Mean.Params()) == Recipe("mean", "replace")
+    assert Resample().recipe(Resample.Params(seed=4)) == Recipe("resample", "replace", seed=4)
+    assert Noise().recipe(Noise.Params(scale=2.0, seed=1)) == Recipe("noise", "add", alpha=2.0, seed=1)
+    assert Add().recipe(Add.Params(alpha=3, minus="r")) == Recipe("mean", "add", alpha=3.0, minus="r")
+    assert Add().recipe(Add.Params(vector="v.st")) == Recipe("tensor", "add", alpha=1.0, tensor="v.st")
+    with pytest.raises(ValueError, match="exactly one"):
+        Add().recipe(Add.Params())
+    for cls, bad in ((Noise, {"scale": 0}), (Noise, {"scale": float("nan")}), (Resample, {"seed": -1}),
+                     (Add, {"alpha": float("inf"), "minus": "r"}), (Zero, {"alpha": 1})):
+        with pytest.raises(ValidationError):
+            cls.Params.model_validate(bad)
+
+
+def test_the_registry_lists_the_kinds():
+    assert registry().names("intervention") == ["add", "mean", "noise", "resample", "swap", "zero"]
+
+
+def plan_of(write_doc, tiny_llama, intervention=None, featurizer=None, source=True):
+    doc = sweep_document(str(tiny_llama), layers=[1], positions=[-1])
+    write = doc["writes"]["patch"]
+    if intervention is not None:
+        write["intervention"] = intervention
+    if not source:
+        del write["source"]
+    if featurizer is not None:
+        doc["featurizers"] = {"f": featurizer}
+        write["featurizer"] = "f"
+    return api.plan(write_doc(doc, ROWS))
+
+
+def test_a_document_without_an_intervention_plans_as_before(write_doc, tiny_llama):
+    """No `intervention` key in the plan's dict nor in its copy of the document: the plan digest, the output
+    files and `causalab plan --json` are what they were before interventions existed."""
+    plan = plan_of(write_doc, tiny_llama)
+    assert '"intervention"' not in json.dumps(plan.to_dict(), default=str)
+    assert plan.interventions() == []
+
+
+def test_an_explicit_swap_gives_the_bytes_of_no_intervention(write_doc, tiny_llama):
+    engine = registry().get("engine", "hooks")()
+    implicit = engine.execute(plan_of(write_doc, tiny_llama))
+    explicit = engine.execute(plan_of(write_doc, tiny_llama, {"kind": "swap"}))
+    assert implicit.keys() == explicit.keys()
+    assert all(torch.equal(implicit[p][n], explicit[p][n]) for p in implicit for n in implicit[p])
+
+
+def last_token_outputs(model_dir, prompts, layer, edit):
+    """Plain forwards, row by row, block ``layer``'s output edited at the last token by ``edit(vector, row)``."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval().requires_grad_(False)
+    out = []
+    for row, ids in enumerate(prompts):
+        def hook(mod, args, output, row=row):
+            hidden = (output[0] if isinstance(output, tuple) else output).clone()
+            edit(hidden[0, -1], row)
+            return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
+        handle = model.model.layers[layer].register_forward_hook(hook)
+        with torch.no_grad():
+            out.append(model(input_ids=torch.tensor([ids])).logits[0, -1])
+        handle.remove()
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("kind", ["zero", "noise"])
+def test_through_a_featurizer_only_its_features_change(kind, write_doc, tiny_llama):
+    """Zero (or noise) in a subspace, the rest kept: the identity featurizer's coordinates 0, 1 and 5."""
+    features = [0, 1, 5]
+    intervention = {"kind": "zero"} if kind == "zero" else {"kind": "noise", "scale": 2.0, "seed": 3}
+    plan = plan_of(write_doc, tiny_llama, intervention, {"kind": "identity", "features": features}, source=False)
+    classes = api.featurizer_classes(plan, registry())
+    got = registry().get("engine", "hooks")().execute(plan, featurizers=classes, batch_size=3)
+    got = got[plan.points[0].steps[-1].path]
+
+    def edit(vector, row):
+        if kind == "zero":
+            vector[features] = 0
+        else:  # noise of the features' shape, [1 position, 3 features], from seed * 2**32 + row
+            vector[features] += 2.0 * torch.randn((1, 3), generator=torch.Generator().manual_seed(3 * 2**32 + row))[0]
+
+    expected = last_token_outputs(tiny_llama, plan.prompts["base"], 1, edit)
+    token_ids = torch.tensor(plan.points[0].steps[-1].scoring.token_ids)
+    torch.testing.assert_close(got["answer_logits"], expected.gather(1, token_ids), atol=1e-5, rtol=0)
+
+
+def test_noise_and_resample_do_not_follow_the_batching(write_doc, tiny_llama):
+    engine = registry().get("engine", "hooks")()
+    for intervention, source in (({"kind": "noise", "scale": 1.0, "seed": 9}, False),
+                                 ({"kind": "resample", "seed": 9}, True)):
+        plan = plan_of(write_doc, tiny_llama, intervention, source=source)
+        whole, cut = engine.execute(plan), engine.execute(plan, batch_size=3)
+        for path in whole:
+            for name in whole[path]:
+                torch.testing.assert_close(whole[path][name], cut[path][name], atol=1e-5, rtol=0)
+
+
+def test_resample_draws_another_row_from_its_seed(write_doc, tiny_llama):
+    rows = [plan_of(write_doc, tiny_llama, {"kind": "resample", "seed": s}).interventions()[0].rows for s in (1, 1, 2)]
+    assert rows[0] == rows[1] != rows[2]
+    assert all(j != i for i, j in enumerate(rows[0])) and len(set(rows[0])) > 1
