@@ -17,7 +17,10 @@ SETTING = ("name", "description", "sweep", "model")
 
 
 def _by_file(run: LoadedRun) -> dict[str, bytes]:
-    return {rel: run.files[rel] for rel in metric_files(run.folder, run.files)}
+    """The run's metric files in the order its tables list them (the sweep's, then the document's metrics)."""
+    listed = metric_files(run.folder, run.files)
+    shown = [f"{s['point']}/{s['metric']}.json" if s["point"] else f"{s['metric']}.json" for s in run.records["summaries"]]
+    return {rel: run.files[rel] for rel in [*dict.fromkeys(r for r in shown if r in listed), *listed]}
 
 
 def _paths(a: Any, b: Any, where: str = "$") -> list[str]:
@@ -116,7 +119,7 @@ def compare(a: str | Path, b: str | Path) -> dict[str, Any]:
     files_a, files_b = _by_file(left), _by_file(right)
     rows_a, rows_b = _grouped(left.records["rows"]), _grouped(right.records["rows"])
     metrics: dict[str, dict[str, Any]] = {}
-    for rel in sorted(set(files_a) & set(files_b)):
+    for rel in [r for r in files_a if r in files_b]:
         point, _, file = rel.rpartition("/")
         name = file.removesuffix(".json")
         entry = metrics.setdefault(name, {"files": 0, "files_differ": 0, "rows": 0, "rows_differ": 0,
@@ -142,8 +145,8 @@ def compare(a: str | Path, b: str | Path) -> dict[str, Any]:
             entry["largest_difference"] = max(entry["largest_difference"], abs(x["value"] - y["value"]))
             if x["kind"] == "iia":
                 entry["flips"].setdefault(point, []).append(x["row"])
-    only_a = sorted(set(files_a) - set(files_b))
-    only_b = sorted(set(files_b) - set(files_a))
+    only_a = [r for r in files_a if r not in files_b]
+    only_b = [r for r in files_b if r not in files_a]
     found = experiment(left, right)
     identical = (not only_a and not only_b and all(m["files_differ"] == 0 for m in metrics.values())
                  and not found["differs"])

@@ -137,7 +137,7 @@ def plot_metric(folder: Path, metric: str, document: dict[str, Any] | None = Non
         for i, y in enumerate(ys):
             if y is None and undefined < len(means):
                 ax.annotate("n/a", (i, 0), xycoords=("data", "axes fraction"), ha="center", va="bottom", fontsize=7)
-        ax.set_xticks(range(len(xs)), ticks[axes[0]], **LITERAL)
+        ax.set_xticks(range(len(xs)), ticks[axes[0]], **LITERAL, **_slanted(axes[0], tokens))
         ax.set_xlabel(axes[0], **LITERAL)
         ax.set_ylabel(metric, **LITERAL)
     else:
@@ -145,7 +145,7 @@ def plot_metric(folder: Path, metric: str, document: dict[str, Any] | None = Non
         grid = [[means.get(_key(axes, {axes[0]: c, axes[1]: r}, values)) for c in cols] for r in rows]
         grid = [[float("nan") if v is None else v for v in row] for row in grid]
         image = ax.imshow(grid, aspect="auto", cmap="viridis", origin="lower")
-        ax.set_xticks(range(len(cols)), ticks[axes[0]], **LITERAL)
+        ax.set_xticks(range(len(cols)), ticks[axes[0]], **LITERAL, **_slanted(axes[0], tokens))
         ax.set_yticks(range(len(rows)), ticks[axes[1]], **LITERAL)
         ax.set_xlabel(axes[0], **LITERAL)
         ax.set_ylabel(axes[1], **LITERAL)
@@ -169,6 +169,11 @@ def plot_metric(folder: Path, metric: str, document: dict[str, Any] | None = Non
     fig.savefig(png, format="png", metadata={"Software": None})
     plt.close(fig)
     return add_file(folder, f"{metric}.png", png.getvalue())
+
+
+def _slanted(axis: str, tokens: dict[str, dict[str, str]]) -> dict[str, Any]:
+    """Tick labels that carry tokens are long: slanted on the x axis, so neighbours do not overlap."""
+    return {"rotation": 30, "ha": "right"} if tokens.get(axis) else {}
 
 
 def _key(axes, chosen, values):

@@ -187,6 +187,9 @@ def test_compare_says_first_when_runs_are_not_of_one_experiment(base, tmp_path, 
     assert report["same_experiment"] is False and report["identical"] is False
     found = set(report["experiment"]["differs"])
     assert differs <= found
+    order = [f"layers={layer},pos={p}" for layer in (0, 2) for p in POSITIONS]
+    flipped = list(report["metrics"]["iia"]["flips"])
+    assert flipped == [p for p in order if p in flipped]  # named in the sweep's order, not the folders'
     text = describe(report, "A", "B").splitlines()
     assert text[0].startswith("A and B are not runs of one experiment: "), text
     if change is _add_layer:
