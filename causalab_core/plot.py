@@ -158,6 +158,8 @@ def plot_metric(folder: Path, metric: str, document: dict[str, Any] | None = Non
     if undefined == len(means):
         ax.text(0.5, 0.5, f"no point has a defined {metric}:\nno eligible row, or the metric is undefined on every row",
                 transform=ax.transAxes, ha="center", va="center", fontsize=9, wrap=True, **LITERAL)
+        if len(axes) == 1:
+            ax.set_yticks([])  # no value to read off a scale
         if notes is not None:
             notes.append(f"{metric}: no point has a defined value (no eligible row, or the metric is undefined "
                          "on every row); the plot says so")
