@@ -158,7 +158,7 @@ def test_each_kind_matches_a_plain_torch_reference(arch, kind, component, reques
     check(request.getfixturevalue(arch), component, kind, write_doc, tmp_path)
 
 
-@pytest.mark.parametrize("component", ["block_output", "head"])
+@pytest.mark.parametrize("component", SITES)
 @pytest.mark.parametrize("kind", KINDS)
 def test_each_kind_matches_the_reference_with_grouped_query_attention(kind, component, tiny_qwen2, write_doc,
                                                                      tmp_path):

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
+import types
 
 import pytest
 import torch
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from causalab_core import api
-from causalab_core.contracts import Recipe
-from causalab_core.plugins import registry
+from causalab_core import api, hookimpl
+from causalab_core.contracts import Intervention, Recipe
+from causalab_core.plugins import build_registry, registry
 from causalab_interventions import Add, Mean, Noise, Resample, Swap, Zero
 from causalab_testing.data import sweep_document, weekday_rows
 
@@ -120,3 +121,70 @@ def test_resample_draws_another_row_from_its_seed(write_doc, tiny_llama):
     rows = [plan_of(write_doc, tiny_llama, {"kind": "resample", "seed": s}).interventions()[0].rows for s in (1, 1, 2)]
     assert rows[0] == rows[1] != rows[2]
     assert all(j != i for i, j in enumerate(rows[0])) and len(set(rows[0])) > 1
+
+
+def test_a_swept_alpha_steers_by_that_much(write_doc, tiny_llama, tmp_path):
+    """`alpha` from a sweep axis: at 0 the run is the clean one; the difference of means moves the logits
+    linearly in alpha at the site (so the logit change at 2 is not the one at 1)."""
+    doc = sweep_document(str(tiny_llama), layers=[1], positions=[-1])
+    doc["reads"]["cf_first"] = {"input": "counterfactual", "layer": 1, "position": 0}
+    doc["writes"]["patch"]["intervention"] = {"kind": "add", "alpha": {"sweep": "alpha"}, "minus": "cf_first"}
+    doc["sweep"]["alpha"] = [0.0, 1.0, 2.0]
+    doc["metrics"] = {"p": {"kind": "p_answer", "answer": "cf_answer"}}
+    plan = api.plan(write_doc(doc, ROWS))
+    assert [w.intervention.alpha for p in plan.points for s in p.steps for w in s.writes] == [0.0, 1.0, 2.0]
+    got = registry().get("engine", "hooks")().execute(plan)
+    logits = [got[p.steps[-1].path]["answer_logits"] for p in plan.points]
+    clean = last_token_outputs(tiny_llama, plan.prompts["base"], 1, lambda vector, row: None)
+    token_ids = torch.tensor(plan.points[0].steps[-1].scoring.token_ids)
+    torch.testing.assert_close(logits[0], clean.gather(1, token_ids), atol=1e-5, rtol=0)
+    assert not torch.allclose(logits[1], logits[0]) and not torch.allclose(logits[2], logits[1])
+
+
+class BlendParams(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    alpha: float
+
+
+class Blend(Intervention):
+    """A third party's kind, from the contract alone: part of the way from the site's value to the mean."""
+
+    name = "blend"
+    Params = BlendParams
+
+    def recipe(self, params):
+        return Recipe("mean", "interpolate", alpha=params.alpha)
+
+
+def test_a_third_party_kind_runs_from_its_recipe_alone(write_doc, tiny_llama):
+    """`interpolate`, which no shipped kind uses, through a kind registered beside the installed plugins:
+    (1 - alpha) x + alpha mean, against a plain forward; `causalab plugins`' registry lists it."""
+    module = types.ModuleType("causalab_blend")
+    module.DISTRIBUTION = "causalab-blend"
+    module.causalab_interventions = hookimpl(lambda: [Blend])
+    reg = build_registry(extra=(module,))
+    assert "blend" in reg.names("intervention")
+    doc = sweep_document(str(tiny_llama), layers=[1], positions=[-1])
+    doc["writes"]["patch"]["intervention"] = {"kind": "blend", "alpha": 0.25}
+    plan = api.plan(write_doc(doc, ROWS), registry=reg)
+    got = registry().get("engine", "hooks")().execute(plan)[plan.points[0].steps[-1].path]["answer_logits"]
+    read = last_token_reads(tiny_llama, plan.prompts["counterfactual"], 1)
+    mean = read.mean(0)
+
+    def edit(vector, row):
+        vector[:] = 0.75 * vector + 0.25 * mean
+
+    expected = last_token_outputs(tiny_llama, plan.prompts["base"], 1, edit)
+    token_ids = torch.tensor(plan.points[0].steps[-1].scoring.token_ids)
+    torch.testing.assert_close(got, expected.gather(1, token_ids), atol=1e-5, rtol=0)
+
+
+def last_token_reads(model_dir, prompts, layer):
+    """Block ``layer``'s output at each row's last token, from plain forwards."""
+    found = []
+
+    def edit(vector, row):
+        found.append(vector.clone())
+
+    last_token_outputs(model_dir, prompts, layer, edit)
+    return torch.stack(found)

@@ -208,10 +208,7 @@ class Execution:
         ``stop``: a run that neither scores nor writes ends after the last module it reads.
         ``skip``: start at block ``skip``, taking the blocks below from this input's clean run.
         """
-        skipped = contextlib.nullcontext()
-        if skip > 0:
-            cached = self.clean_output(step.input, skip - 1, batch)
-            skipped = skipped_blocks(self.model, self.plan.model.layers_path, skip, cached)
+        skipped = self.starting_at(skip, self.clean_output(step.input, skip - 1, batch) if skip > 0 else None)
         handles = attach(self.model, step, batch, store, swaps, stop=stop)
         try:
             with skipped:
@@ -223,10 +220,8 @@ class Execution:
     def forward_tail(self, batch: Batch, step: Run, store, swaps, skip: int, start: int):
         """Position-level reuse: positions ``start..`` of blocks ``skip..`` over the clean keys and values."""
         kv = self.clean_cache(step.input, batch)
-        skipped = contextlib.nullcontext()
-        if skip > 0:
-            cached = tail_output(self.clean_output(step.input, skip - 1, batch), start)
-            skipped = skipped_blocks(self.model, self.plan.model.layers_path, skip, cached)
+        skipped = self.starting_at(skip, tail_output(self.clean_output(step.input, skip - 1, batch), start)
+                                   if skip > 0 else None)
         tail = tail_batch(batch, start)
         handles = attach(self.model, step, tail, store, swaps, stop=True)
         if trims_last_mlp(step, self.plan.model):
@@ -240,6 +235,14 @@ class Execution:
         finally:
             for h in handles:
                 h.remove()
+
+    def starting_at(self, block: int, output):
+        """The one place a forward's block outputs are replaced: inside it, blocks below ``block`` are skipped
+        and ``output`` (a clean output of block ``block - 1``) stands for theirs; nothing at block 0.
+        Written values go in at one place too, the hooks ``attach`` sets up (``runtime.interventions.put``)."""
+        if block == 0:
+            return contextlib.nullcontext()
+        return skipped_blocks(self.model, self.plan.model.layers_path, block, output)
 
     def clean_cache(self, input_name: str, batch: Batch):
         """The clean run's keys and values for a batch: one full clean forward, which also records the block
@@ -271,10 +274,7 @@ class Execution:
             blocks = self.model.get_submodule(self.plan.model.layers_path)
             handles = [blocks[i].register_forward_hook(lambda mod, args, output, i=i: _record_clean(outputs, i, output, i == layer))
                        for i in record]
-            skipped = contextlib.nullcontext()
-            if base >= 0:
-                skipped = skipped_blocks(self.model, self.plan.model.layers_path, base + 1,
-                                         self.clean.get(input_name, batch.start, base))
+            skipped = self.starting_at(base + 1, self.clean.get(input_name, batch.start, base) if base >= 0 else None)
             try:
                 with skipped:
                     plain_forward(self.model, batch)
