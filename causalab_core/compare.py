@@ -180,5 +180,5 @@ def describe(report: dict[str, Any], a: str, b: str) -> str:
             lines.append(f"    {flips} IIA rows flipped (0-based data rows): {where}")
     for side, files in (("only in " + a, report["only_in_a"]), ("only in " + b, report["only_in_b"])):
         if files:
-            lines.append(f"  {side}: {', '.join(files)}")
+            lines.append(f"  {side}: {_named(files)}")  # all of them with --json
     return "\n".join(lines)

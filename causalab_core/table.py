@@ -32,7 +32,8 @@ class LoadedRun:
     @property
     def rows(self) -> Any:
         """One row per point x data row x metric: the point's axis values, ``point``, ``metric``, ``kind``,
-        ``row`` (0-based, in data order), ``eligible`` and ``value`` (None where the row was not scored)."""
+        ``row`` (0-based, in data order), ``eligible``, ``reason`` (why a row was not scored: a position's
+        reason code, ``answers_coincide``; None where it was) and ``value`` (None where the row was not scored)."""
         return _frame(self.records["rows"])
 
     @property
@@ -69,7 +70,7 @@ def metric_files(folder: Path, listed: Iterable[str] | None = None) -> list[str]
                   and not rel.endswith("/document.json") and not rel.startswith(".")]
 
 
-FIELDS = ("point", "metric", "kind", "row", "eligible", "value", "name", "file")
+FIELDS = ("point", "metric", "kind", "row", "eligible", "reason", "value", "name", "file")
 """The tables' own columns; a sweep axis of one of these names is shown as ``sweep_<name>``."""
 
 
@@ -84,6 +85,9 @@ def _valid(content: Any) -> bool:
     return (isinstance(values, list) and isinstance(eligible, list) and len(values) == len(eligible)
             and isinstance(content["summary"], dict) and isinstance(content.get("point", {}), dict)
             and all(isinstance(ok, bool) for ok in eligible)
+            and (content.get("reasons") is None or (isinstance(content["reasons"], list)
+                 and len(content["reasons"]) == len(values)
+                 and all(r is None or isinstance(r, str) for r in content["reasons"])))
             and all(v is None or v in NOT_A_NUMBER.values() or (isinstance(v, (int, float)) and not isinstance(v, bool))
                     for v in values))
 
@@ -147,9 +151,11 @@ def load(out: str | Path) -> LoadedRun:
         point = rel.rpartition("/")[0]
         points[point] = {_axis(k): _shown(sweep, shown, k, v) for k, v in (content.get("point") or {}).items()}
         where = {**points[point], "point": point, "metric": content["metric"], "kind": content.get("kind")}
-        for i, (value, eligible) in enumerate(zip(content["values"], content["eligible"])):
+        reasons = content.get("reasons") or [None] * len(content["values"])  # older runs have none
+        for i, (value, eligible, reason) in enumerate(zip(content["values"], content["eligible"], reasons)):
             # "NaN" / "Infinity" in the file (a value the metric could not compute) are floats here.
-            rows.append({**where, "row": i, "eligible": eligible, "value": float(value) if isinstance(value, str) else value})
+            rows.append({**where, "row": i, "eligible": eligible, "reason": reason,
+                         "value": float(value) if isinstance(value, str) else value})
         summaries.append({**where, **content["summary"]})
     order = list(dict.fromkeys(rel.rpartition("/")[0] for rel, _ in contents))
     for rel in sorted((r for r in files if r.endswith(".safetensors")),

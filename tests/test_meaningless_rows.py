@@ -9,6 +9,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+import causalab_core
 from causalab_core import api
 from causalab_core.cli import app
 from causalab_core.compiler.prompts import context_length
@@ -165,6 +166,10 @@ def test_rows_whose_compared_answers_are_one_token_are_not_eligible_with_a_reaso
     # p_answer reads one column: nothing to coincide with, every row scored.
     p = json.loads((tmp_path / "o" / "p_answer.json").read_text())
     assert p["eligible"] == [True] * 5 and p["reasons"] == [None] * 5 and None not in p["values"]
+    # The reason reaches the tables a user reads the run with.
+    table = causalab_core.load(tmp_path / "o").records["rows"]
+    assert [r["reason"] for r in table if r["metric"] == "iia"] == [None, "answers_coincide", None, "answers_coincide", None]
+    assert {r["reason"] for r in table if r["metric"] == "p_answer"} == {None}
 
 
 def test_a_row_whose_read_missed_gives_its_position_reason(tiny_llama, write_doc, tmp_path):
