@@ -37,6 +37,7 @@ def components(registry: Registry, plan: Any, engine: str) -> dict[str, dict[str
         "engine": [engine],
         "position": list(plan.resolvers),
         "featurizer": sorted({f.kind for f in plan.featurizers()}),
+        "intervention": sorted({i.kind for i in plan.interventions()}),
         "metric": sorted({m.kind for point in plan.points for m in point.metrics}),
     }
 

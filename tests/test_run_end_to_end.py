@@ -67,7 +67,10 @@ def test_run_json_records_engine_versions_and_digests(sweep_doc, tmp_path):
     api.run(sweep_doc, out=tmp_path / "o", batch_size=8)
     run = json.loads((tmp_path / "o" / "run.json").read_text())
     assert list(run) == ["engine", "remote", "batch_size", "loaded_dtype", "position_reuse", "versions", "causalab",
-                         "components", "arithmetic"]
+                         "components", "arithmetic", "data"]
+    # Which rows were scored, so `causalab compare` can tell other data from the same: their count and digest.
+    lines = (sweep_doc.parent / "rows.jsonl").read_text().splitlines()
+    assert run["data"]["rows"] == len(lines) and len(run["data"]["sha256"]) == 64
     # Positions -4 and -1 of 13-token rows: the planner's pick, and why.
     assert run["position_reuse"]["used"] is True and run["position_reuse"]["by"] == "planner"
     assert run["position_reuse"]["why"].startswith("it saves ")

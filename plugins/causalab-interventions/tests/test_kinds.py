@@ -188,3 +188,14 @@ def last_token_reads(model_dir, prompts, layer):
 
     last_token_outputs(model_dir, prompts, layer, edit)
     return torch.stack(found)
+
+
+def test_run_json_names_the_distribution_behind_each_kind_used(write_doc, tiny_llama, tmp_path):
+    doc = sweep_document(str(tiny_llama), layers=[1], positions=[-1])
+    doc["writes"]["patch"]["intervention"] = {"kind": "zero"}
+    del doc["writes"]["patch"]["source"]
+    api.run(write_doc(doc, ROWS), out=tmp_path / "o")
+    components = json.loads((tmp_path / "o" / "run.json").read_text())["components"]
+    provider = registry().provider("intervention", "zero")
+    assert components["intervention"] == {"zero": f"{provider.distribution} {provider.version}"}
+    assert provider.distribution == "causalab-interventions"
