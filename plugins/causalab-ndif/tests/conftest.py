@@ -99,7 +99,7 @@ def ndif_server(tmp_path_factory, lean_requirements, causalab_wheels):
         yield server
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # one for every module that needs it: starting one costs a venv and a Ray
 def bare_server(tmp_path_factory):
     """A server whose Python has no causalab distribution at all (nor nnterp's wrapper): torch,
     transformers, nnsight and ndif. It serves the toy checkpoints under nnsight's plain model keys."""
