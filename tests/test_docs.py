@@ -44,3 +44,20 @@ def test_the_contributing_metric_plugin_works(write_doc, tiny_llama, tmp_path):
     # Both files hold 9 significant digits: compare within them, not rounded (a rounding edge flips a digit).
     assert brier["values"] == pytest.approx([(1 - v) ** 2 for v in p["values"]], abs=1e-7)
     assert result.metrics
+
+
+SHIPPED = sorted((ROOT / "documents").glob("*/*.json"))
+
+
+@pytest.mark.parametrize("document", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_every_shipped_document_plans_and_prints_its_plan(document):
+    """`causalab plan` as text (every step kind: a DAS document's fit steps too) and as JSON."""
+    from typer.testing import CliRunner
+
+    from causalab_core.cli import app
+
+    for args in (["plan", str(document)], ["plan", str(document), "--json"]):
+        done = CliRunner().invoke(app, args)
+        assert done.exit_code == 0, (args, done.output[-2000:])
+    fits = any(step.kind == "fit" for step in api.plan(document).steps())
+    assert ("\n  fit " in CliRunner().invoke(app, ["plan", str(document)]).output) == fits

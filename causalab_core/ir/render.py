@@ -34,6 +34,13 @@ def render(plan: Plan) -> str:
         lines.append(f"[{point.name or 'document'}]  eligible {sum(point.eligible)}/{len(point.eligible)}")
         records = {r.name: r for r in point.positions}
         for step in point.steps:
+            if step.kind == "fit":
+                f = step.featurizer
+                lines.append(f"  fit {step.path}: train {f.name} ({f.kind}) on {len(step.labels)} training rows, "
+                             f"{step.epochs} epochs of batch {step.batch_size}, lr {step.lr:g}, seed {step.seed}")
+                lines.append(f"    read  {step.read.name} @ {_site(step.read.site)} of {step.source_input}")
+                lines.append(f"    write {step.write.name} @ {_site(step.write.site)} of {step.target_input}")
+                continue
             lines.append(f"  run {step.path}")
             for read in step.reads:
                 lines.append(f"    read  {read.name} @ {_site(read.site)}")
