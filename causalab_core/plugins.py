@@ -117,7 +117,7 @@ class Registry:
             yield
         except CausalabError:
             raise
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # a plugin's sys.exit() must not end a run silently
             try:
                 culprit = self.blame(exc.__traceback__)
             except Exception:  # noqa: BLE001 - naming the plugin must never hide the error itself
@@ -220,7 +220,13 @@ def build_registry(extra: tuple[Any, ...] = (), blocked: tuple[str, ...] = ()) -
         infos.append(_info(pm, name, plugin, dist.metadata["name"]))
     for i, plugin in enumerate(extra):
         name = getattr(plugin, "__name__", f"extra-{i}")
-        pm.register(plugin, name=name)
+        if pm.has_plugin(name):  # a module named like an installed plugin's entry point (metrics.py): its own key
+            name = f"{name} (extra {i})"
+        try:
+            pm.register(plugin, name=name)
+        except ValueError as exc:  # the same object twice: pluggy's message dumps every plugin
+            raise PluginError(f"extra plugin {name!r} is registered already ({type(plugin).__name__} "
+                              f"{getattr(plugin, '__name__', plugin)!r} given twice, or installed too)") from exc
         infos.append(_info(pm, name, plugin, getattr(plugin, "DISTRIBUTION", name)))
     try:
         pm.check_pending()

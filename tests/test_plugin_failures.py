@@ -42,6 +42,15 @@ class PeekBase(Metric):
         return mean_over_eligible(base.column(params.answer).tolist(), inputs.eligible)
 
 
+class Quits(PeekBase):
+    """Calls sys.exit inside compute: a run must not end silently with the plugin's exit code."""
+
+    name = "quits"
+
+    def compute(self, params, inputs):
+        sys.exit(0)
+
+
 class BadColumns(PeekBase):
     name = "bad_columns"
 
@@ -128,7 +137,7 @@ def _module(**hooks):
 
 
 BROKEN = _module(
-    causalab_metrics=lambda: [PeekBase, BadColumns],
+    causalab_metrics=lambda: [PeekBase, BadColumns, Quits],
     causalab_featurizers=lambda: [Boom, BadSite, Polite],
     causalab_position_resolvers=lambda: [Grabby],
     causalab_engines=lambda: [Crashing],
@@ -175,6 +184,22 @@ def test_a_metric_reading_a_run_it_did_not_ask_for_is_one_line_naming_it(cli, do
     assert verbose.exit_code == 2
     assert "Traceback" in verbose.stderr and 'base = inputs.runs["base"]' in verbose.stderr
     assert verbose.stderr.strip().splitlines()[-1].startswith("PluginError: metric 'peek_base'")
+
+
+def test_a_plugin_calling_sys_exit_is_one_line_not_a_silent_exit(cli, doc, write_doc, tmp_path):
+    doc["metrics"]["q"] = {"kind": "quits"}
+    _one_line(cli("run", write_doc(doc, weekday_rows(4)), "--out", tmp_path / "o"),
+              "PluginError: metric 'quits' of causalab-broken failed in compute: SystemExit: 0")
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_extra_plugin_named_like_an_installed_one_registers_and_one_given_twice_is_one_line():
+    metrics = types.ModuleType("metrics")  # a third party's metrics.py; causalab-metrics' entry point is "metrics"
+    metrics.causalab_metrics = hookimpl(lambda: [Quits])
+    assert "quits" in build_registry(extra=(metrics,)).names("metric")
+    with pytest.raises(PluginError, match="registered already") as raised:
+        build_registry(extra=(metrics, metrics))
+    assert "\n" not in str(raised.value)
 
 
 def test_a_metric_failing_at_compile_time_is_named_by_validate(cli, doc, write_doc):
