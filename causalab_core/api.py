@@ -21,7 +21,7 @@ from causalab_core.plugins import Registry, registry as default_registry
 from causalab_core.provenance import run_record
 from causalab_core.output import check_out, write_folder
 from causalab_core.resume import (
-    Store, chunk_size, has_store, open_store, ordered_files, plan_digest, point_files, store_path,
+    Store, chunk_size, has_store, open_store, ordered_files, plan_digest, point_files, store_path, was_forced,
 )
 from causalab_core.results import MetricResult, dump, output_files, score
 
@@ -133,6 +133,8 @@ def _run(reg: Registry, path: str | Path, *, out: str | Path | None, engine: str
     if resume and not has_store(out_path):
         raise OutputError(f"--out {shorten(str(out_path))}: nothing to resume (no interrupted run of it left "
                           f"{store_path(out_path.resolve()).name})")
+    # Resuming a --force run (the line it was stopped with says to run --resume) replaces what it would have.
+    force = force or (resume and was_forced(out_path))
     if out_path is not None:
         check_out(out_path, force=force, protected=loaded.read_paths())
     engine_cls = reg.get("engine", engine, "--engine")
@@ -163,7 +165,7 @@ def _run(reg: Registry, path: str | Path, *, out: str | Path | None, engine: str
         identity = {"document": sha256(dump(built.document)).hexdigest(), "plan": plan_digest(built),
                     "causalab": reg.combined_digest(), "engine": engine, "batch size": batch_size,
                     "device map": device_map, "engine options": chosen.model_dump(mode="json")}
-        store = open_store(out_path, identity, resume=resume)
+        store = open_store(out_path, identity, resume=resume, force=force)
         runner.details.update(store.state["details"])  # resumed: what the engine said before (a remote one's jobs)
         try:
             run_kept(built, store, execute, lambda: runner.details, points_done)

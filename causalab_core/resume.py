@@ -174,7 +174,13 @@ def has_store(out: Path) -> bool:
     return _read_state(store_path(out.resolve())) is not None
 
 
-def open_store(out: Path, identity: dict[str, str], *, resume: bool) -> Store:
+def was_forced(out: Path) -> bool:
+    """Whether the interrupted run on ``out`` had --force: its --resume may replace what that run would have."""
+    state = _read_state(store_path(out.resolve()))
+    return bool(state and state.get("force"))
+
+
+def open_store(out: Path, identity: dict[str, str], *, resume: bool, force: bool = False) -> Store:
     """The store for a run on ``out``: the interrupted run's (``resume``, same identity) or a new one."""
     path = store_path(out.resolve())
     where = f"--out {shorten(str(out))}"
@@ -203,7 +209,7 @@ def open_store(out: Path, identity: dict[str, str], *, resume: bool) -> Store:
             raise OutputError(f"{where}: cannot write in {path.name} beside it: {exc.strerror or exc}") from None
         return Store(path, state)
     made = [p for p in [path.parent, *path.parent.parents] if not p.exists()]
-    state = {"written_by": MARK, "pid": os.getpid(), "identity": identity, "details": {}}
+    state = {"written_by": MARK, "pid": os.getpid(), "identity": identity, "details": {}, "force": force}
     try:  # before any work: a disk too full to hold the store's first file is refused here
         if path.exists():
             _remove(path)  # a dead run's store (or an empty folder): this run starts over

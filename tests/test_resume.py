@@ -37,8 +37,8 @@ def tree(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def _kill_after_first_chunk(path: Path, out: Path, sig: int) -> subprocess.Popen:
-    process = subprocess.Popen([CAUSALAB, "run", str(path), "--out", str(out)], stdout=subprocess.PIPE,
+def _kill_after_first_chunk(path: Path, out: Path, sig: int, *options: str) -> subprocess.Popen:
+    process = subprocess.Popen([CAUSALAB, "run", str(path), "--out", str(out), *options], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True,
                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     points = store_path(out) / "points"
@@ -68,6 +68,21 @@ def test_a_sweep_killed_midway_resumes_to_the_same_bytes(long_sweep, tmp_path, s
     assert told[0] == (len(kept), 40)  # only the points not kept were run
     assert tree(out) == tree(whole)  # every byte: metric files, documents, run.json, manifest.json
     assert not store_path(out).exists()
+
+
+def test_a_forced_run_over_a_previous_output_resumes_as_its_interruption_line_says(long_sweep, tmp_path):
+    """`run --force` over an earlier output, stopped: `--resume` (what the Interrupted run says) replaces it too."""
+    path, whole = long_sweep
+    out = tmp_path / "o"
+    earlier = json.loads(path.read_text())
+    earlier["sweep"]["pos"] = [-1]  # an earlier, other run on that folder
+    (tmp_path / "earlier.json").write_text(json.dumps(earlier))
+    (tmp_path / "rows.jsonl").write_bytes((path.parent / "rows.jsonl").read_bytes())
+    api.run(tmp_path / "earlier.json", out=out)
+    killed = _kill_after_first_chunk(path, out, signal.SIGINT, "--force")
+    assert killed.returncode == 130 and (out / "layers=0,pos=-1").is_dir()  # the old output stays till the new is whole
+    api.run(path, out=out, resume=True)
+    assert tree(out) == tree(whole) and not store_path(out).exists()
 
 
 def test_a_resume_of_a_changed_document_is_refused(long_sweep, tmp_path):
