@@ -528,7 +528,14 @@ def _add_file(folder: Path, rel: str, data: bytes) -> Path:
     digest = _digest(data)
     _replace(folder / MANIFEST, _manifest(listed, {rel: digest}))  # announced: either bytes are causalab's
     _step("announced")
-    _replace(path, data)
+    try:
+        _replace(path, data)
+    except OSError:
+        try:  # a full disk: take the announcement back, so the manifest names only what is there
+            _replace(folder / MANIFEST, _manifest(listed))
+        except OSError:
+            pass  # still announced only (never listed): readers skip it, the next add_file or run settles it
+        raise
     _step("file written")
     _replace(folder / MANIFEST, _manifest({**listed, rel: digest}))
     return path

@@ -223,6 +223,7 @@ def test_a_plot_on_a_full_disk_is_one_line_and_the_run_stays_readable(sweep, dis
     assert failed.exit_code == 2 and failed.stdout == "" and failed.stderr.count("\n") == 1, failed.stderr
     assert failed.stderr.startswith("OutputError: ") and FULL in failed.stderr and "iia.png" in failed.stderr
     assert not (out / "iia.png").exists() and output.first_foreign(out) is None
+    assert "iia.png" not in json.loads((out / "manifest.json").read_text()).get("pending", {})  # nor announced
     assert len(causalab_core.load(out).records["rows"]) == 20 * 3 * 6  # the folder is as the run left it
     filler.unlink()
     assert plot(out).exit_code == 0 and (out / "iia.png").is_file()
