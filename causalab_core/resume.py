@@ -72,8 +72,10 @@ class Store:
         except OSError as exc:
             shutil.rmtree(tmp, ignore_errors=True)
             kept = len(self.done())
+            after = (f"{kept} point{'s' if kept != 1 else ''} kept before stay there for --resume" if kept else
+                     "no point was kept yet, so there is nothing to resume")  # and the empty store goes
             raise OutputError(f"{shorten(str(self.path))}: cannot keep a completed point: {exc.strerror or exc}; "
-                              f"{kept} point{'s' if kept != 1 else ''} kept before stay there for --resume") from None
+                              f"{after}") from None
 
     def _keep(self, tmp: Path, index: int, files: dict[str, bytes], details: dict[str, Any]) -> None:
         tmp.mkdir()
