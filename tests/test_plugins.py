@@ -323,3 +323,28 @@ def test_help_names_a_command_plugin_that_fails_to_import(tmp_path):
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr == ("PluginError: plugin 'x' of causalab-x failed to load (causalab_x): "
                            "ModuleNotFoundError: No module named 'causalab_x_missing_dependency'\n")
+
+
+def test_a_metric_naming_its_columns_as_one_string_is_blamed_not_the_data(write_doc, tiny_llama):
+    from causalab_core.contracts import Metric, mean_over_eligible
+    from causalab_testing.data import sweep_document, weekday_rows
+
+    class OneString(Metric):
+        name = "one_string"
+
+        def columns(self, params):
+            return "cf_answer"  # a str, not a tuple: read letter by letter it names columns 'c', 'f', ...
+
+        def compute(self, params, inputs):
+            return mean_over_eligible([0.0] * len(inputs.eligible), inputs.eligible)
+
+    module = types.ModuleType("causalab_one_string")
+    module.causalab_metrics = hookimpl(lambda: [OneString])
+    doc = sweep_document(str(tiny_llama), layers=[1], positions=[-1])
+    doc["metrics"] = {"m": {"kind": "one_string"}}
+    from causalab_core.errors import CausalabError
+
+    with pytest.raises(CausalabError) as raised:
+        api.validate(write_doc(doc, weekday_rows(3)), registry=build_registry(extra=(module,)))
+    assert str(raised.value).endswith("doc.json: metric 'one_string' of causalab_one_string at $.metrics.m: "
+                                      "columns() returned \"'cf_answer'\", not a tuple of column names")

@@ -167,7 +167,13 @@ def check_plugins(document: Document, registry: Registry) -> dict[str, Any]:
         for name, metric in document.metrics.items():
             cls = registry.get("metric", metric.kind, f"$.metrics.{name}.kind")
             metric_params[name] = _check_params(cls, metric, f"$.metrics.{name}", {"kind", "input"})
-            columns = list(cls().columns(metric_params[name]))
+            named = cls().columns(metric_params[name])
+            if not isinstance(named, (tuple, list)) or not all(isinstance(c, str) for c in named):
+                # a str would be read as its letters, each "a column the data lacks": blame the metric, not the data
+                owner = registry.provider("metric", metric.kind).distribution
+                raise PluginError(f"metric {metric.kind!r} of {owner} at $.metrics.{name}: columns() returned "
+                                  f"{echo(repr(named))}, not a tuple of column names")
+            columns = list(named)
             twice = next((c for i, c in enumerate(columns) if c in columns[:i]), None)
             if twice is not None:  # one answer against itself: every row would score the same, whatever ran
                 raise DocumentError(f"$.metrics.{name}: column {echo(twice)} is named twice; the metric would "
