@@ -8,6 +8,7 @@ checks a component against its contract.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -356,7 +357,8 @@ class Metric:
 
 def values_problem(values: Any, eligible: Sequence[bool]) -> str | None:
     """What breaks the contract in a metric's ``compute`` result for these rows, or None: a ``MetricValues``
-    with one float (or None) per row, None where a row is not eligible, and a summary of plain numbers."""
+    with one float (or None) per row, None where a row is not eligible, and a summary of plain numbers, each
+    finite or NaN (or None)."""
 
     def number(v: Any) -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool)
@@ -374,12 +376,20 @@ def values_problem(values: Any, eligible: Sequence[bool]) -> str | None:
     for k, v in summary.items():
         if not isinstance(k, str) or not (v is None or number(v)):
             return f"compute returned the summary entry {echo(k)}: {echo(v)}, not a name and a number or None"
+        if isinstance(v, float) and math.isinf(v):
+            return f"compute returned the summary entry {echo(k)}: {v!r}, not a finite number or NaN"
     return None
 
 
 def mean_over_eligible(values: Sequence[float], eligible: Sequence[bool]) -> MetricValues:
-    """The usual summary: per-row values masked by eligibility, and their mean."""
+    """The usual summary: per-row values masked by eligibility, and their mean. A NaN value (a row the
+    metric is undefined on) is kept in the rows, left out of the mean and counted as ``undefined`` (a key
+    the summary has only where there is one)."""
     rows = [float(v) if ok else None for v, ok in zip(values, eligible)]
     kept = [v for v in rows if v is not None]
-    mean = sum(kept) / len(kept) if kept else None
-    return MetricValues(rows=rows, summary={"mean": mean, "eligible": len(kept), "rows": len(rows)})
+    defined = [v for v in kept if v == v]
+    mean = sum(defined) / len(defined) if defined else None
+    summary = {"mean": mean, "eligible": len(kept), "rows": len(rows)}
+    if len(defined) < len(kept):
+        summary["undefined"] = len(kept) - len(defined)
+    return MetricValues(rows=rows, summary=summary)

@@ -96,10 +96,36 @@ def coinciding(scoring: Any, columns: tuple[str, ...]) -> list[str | None]:
     return [ANSWERS_COINCIDE if len({ids[k] for k in at}) < len(at) else None for ids in scoring.token_ids]
 
 
+LOGITS_NOT_FINITE = "logits_not_finite"
+"""A row on which a logit a metric scores (one of its answer columns', or the log-sum-exp over the
+vocabulary) is NaN or infinite in one of the runs it reads: no number can be read from it (a float16
+overflow, an intervention of a huge scale)."""
+
+
+def not_finite(steps: list[Any], outputs: dict[str, dict[str, Any]], columns: tuple[str, ...]) -> list[str | None]:
+    """Per row: ``logits_not_finite`` where a scored logit of ``columns`` or the log-sum-exp is not finite in
+    one of ``steps``, else None. A view a step did not bring back is not looked at (``run_inputs`` names it)."""
+    bad = None
+    for step in steps:
+        got = outputs.get(step.path, {})
+        at = [step.scoring.columns.index(c) for c in dict.fromkeys(columns) if c in step.scoring.columns]
+        for key, cols in (("answer_logits", at), ("logsumexp", None)):
+            if key not in got:
+                continue
+            x = got[key].float()
+            x = x[:, cols] if cols is not None else x
+            rows = ~x.reshape(x.shape[0], -1).isfinite().all(dim=1)
+            bad = rows if bad is None else bad | rows
+    if bad is None:
+        return []
+    return [LOGITS_NOT_FINITE if b else None for b in bad.tolist()]
+
+
 def score(plan: Plan, outputs: dict[str, dict[str, Any]], registry: Registry) -> list[MetricResult]:
     """Compute every metric of every point from the engine's flat outputs.
 
-    A row is scored where its reads resolved and its answers are distinct tokens (``coinciding``);
+    A row is scored where its reads resolved, its answers are distinct tokens (``coinciding``) and the
+    logits the metric scores are finite in every run it reads (``not_finite``);
     ``reasons`` in the metric file says, per row, why it was not."""
     results, shown, own = [], {}, {}
     for point in plan.points:
@@ -113,6 +139,9 @@ def score(plan: Plan, outputs: dict[str, dict[str, Any]], registry: Registry) ->
             if key not in own:
                 own[key] = coinciding(scoring, tuple(cls().columns(params)))
             reasons = [p or m for p, m in zip(unresolved, own[key])]
+            used = [steps[metric.step], *(steps[path] for path in metric.runs.values())]
+            if nonfinite := not_finite(used, outputs, tuple(cls().columns(params))):
+                reasons = [r or n for r, n in zip(reasons, nonfinite)]
             eligible = [r is None for r in reasons]
             inputs = run_inputs(steps[metric.step], outputs, eligible)
             inputs = replace(inputs, runs={role: run_inputs(steps[path], outputs, eligible)
@@ -125,7 +154,8 @@ def score(plan: Plan, outputs: dict[str, dict[str, Any]], registry: Registry) ->
                 "metric": metric.name,
                 "kind": metric.kind,
                 "point": dict(point.values),
-                "summary": _number(values.summary),
+                # The counts are core's, from the mask itself, whatever the metric wrote (or left out).
+                "summary": _number({**values.summary, "eligible": sum(eligible), "rows": len(eligible)}),
                 "values": _number(values.rows),
                 "eligible": eligible,
                 "reasons": reasons,

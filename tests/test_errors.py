@@ -83,7 +83,8 @@ CASES = [
     # Swept values are checked like literal ones, with the path of the value.
     ("swept layer as text", _set(["sweep", "layers"], ["3"]), 2, ["$.sweep.layers[0]", "$.reads.cf_resid.layer", "'3'"]),
     ("swept negative layer", _set(["sweep", "layers"], [-1]), 2, ["$.sweep.layers[0]", "layer number", "-1"]),
-    ("swept infinite layer", _set(["sweep", "layers"], [0, float("inf")]), 2, ["$.sweep.layers[1]", "inf"]),
+    ("swept infinite layer", _set(["sweep", "layers"], [0, float("inf")]), 2,
+     ["$.sweep.layers[1]", "Infinity is not a finite number"]),
     ("swept sweep reference", _set(["sweep", "pos"], [{"sweep": "pos"}]), 2, ["$.sweep.pos[0]", "position"]),
     ("repeated sweep value", _set(["sweep", "pos"], [-1, -4, -1]), 2, ["$.sweep.pos[2]", "repeats $.sweep.pos[0]"]),
     ("das rank above width", lambda d: (d.__setitem__("featurizers", {"f": {"kind": "das", "rank": 33}}),
@@ -469,3 +470,49 @@ def test_model_validator_errors_of_plugin_parameters_name_the_object_not_an_empt
     with pytest.raises((DocumentError, PlanError)) as raised:
         api.plan(path, registry=registry)
     assert raised.value.one_line().endswith("$.featurizers.b: low must be below high"), raised.value.one_line()
+
+
+def _trained(lr):
+    def edit(doc):
+        doc["featurizers"] = {"f": {"kind": "das", "rank": 2, "train": {"data": {"path": "rows.jsonl"},
+                                                                          "label": "cf_answer", "lr": lr}}}
+        doc["writes"]["patch"]["featurizer"] = "f"
+    return edit
+
+
+def _noise(scale):
+    def edit(doc):
+        doc["writes"]["patch"].pop("source")
+        doc["writes"]["patch"]["intervention"] = {"kind": "noise", "scale": scale}
+    return edit
+
+
+@pytest.mark.parametrize("edit,where,shown", [
+    (_trained(float("inf")), "$.featurizers.f.train.lr", "Infinity"),      # the issue's case: trained, then crashed
+    (_trained(float("nan")), "$.featurizers.f.train.lr", "NaN"),
+    (_trained("HUGE"), "$.featurizers.f.train.lr", "Infinity"),           # 1e999: too large for a float
+    (_noise(float("inf")), "$.writes.patch.intervention.scale", "Infinity"),  # a plugin's parameter (extra key)
+    (_noise({"sweep": "scales"}), "$.sweep.scales[1]", "-Infinity"),
+], ids=["lr Infinity", "lr NaN", "lr 1e999", "noise scale", "swept value"])
+def test_a_number_that_is_not_finite_is_refused_before_any_work(edit, where, shown, base_doc, tmp_path):
+    doc = edited(base_doc, edit)
+    if "scales" in json.dumps(doc):
+        doc["sweep"]["scales"] = [1.0, -float("inf")]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in weekday_rows(6)))
+    path = tmp_path / "doc.json"
+    path.write_text(json.dumps(doc, indent=1).replace('"HUGE"', "1e999"))
+    for command in (["validate", path], ["run", path, "--out", tmp_path / "out"]):
+        result = run_cli(*command)
+        assert result.exit_code == 2, result.output
+        assert result.stderr == f"DocumentError: {path}: {where}: {shown} is not a finite number (NaN, Infinity and " \
+                                "numbers too large for a float mean nothing here)\n"
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_document_built_in_python_holds_no_float_that_is_not_finite():
+    from pydantic import ValidationError
+
+    from causalab_core.document.schema import TrainSpec
+
+    with pytest.raises(ValidationError, match="finite number"):
+        TrainSpec(data={"path": "rows.jsonl"}, label="cf_answer", lr=float("inf"))

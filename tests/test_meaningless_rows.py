@@ -240,3 +240,61 @@ def test_an_end_of_text_answer_is_no_unknown_token_where_the_tokenizer_names_it_
     rows = [{"base": "Alice has the key .", "counterfactual": "Bob has the box .", "base_answer": eos,
              "cf_answer": _one_token(base)} for _ in range(2)]
     assert api.plan(write_doc(one_point(model), rows)).rows == 2
+
+
+# -- logits no number can be read from ------------------------------------------------------------------
+
+
+def noised(model, scale: float, dtype: str) -> dict:
+    """The one-point document whose write adds noise of ``scale`` (no source) in ``dtype``."""
+    doc = one_point(model)
+    doc["model"]["dtype"] = dtype
+    doc["writes"]["patch"].pop("source")
+    doc["writes"]["patch"]["intervention"] = {"kind": "noise", "scale": scale}
+    return doc
+
+
+def test_rows_whose_scored_logits_are_not_finite_are_not_eligible_with_a_reason(tiny_llama, write_doc, tmp_path):
+    """The issue's case: noise of scale 1e6 overflows float16 and every logit is NaN. IIA scored 1.0 or 0.0
+    by the choices' order and answer_rank 0 ("the top token"), every row eligible."""
+    doc = noised(tiny_llama, 1e6, "float16")
+    doc["metrics"]["rank"] = {"kind": "answer_rank", "answer": "cf_answer"}
+    api.run(write_doc(doc, weekday_rows(3)), out=tmp_path / "o")
+    for name in ("iia", "logit_diff", "p_answer", "rank"):
+        content = json.loads((tmp_path / "o" / f"{name}.json").read_text())
+        assert content["eligible"] == [False] * 3, name
+        assert content["reasons"] == ["logits_not_finite"] * 3, name
+        assert content["values"] == [None] * 3, name
+        assert content["summary"]["eligible"] == 0 and content["summary"]["mean"] is None, name
+    table = causalab_core.load(tmp_path / "o").records["rows"]
+    assert {r["reason"] for r in table} == {"logits_not_finite"}
+
+
+def test_choices_tied_for_the_top_leave_iia_undefined_not_won_by_the_first(tiny_llama, write_doc, tmp_path):
+    """Noise of scale 1e38 in float32: every logit is the same number, so no choice is the argmax. IIA is
+    NaN there (whichever choice comes first), not 1.0 or 0.0, and the summary counts it as undefined."""
+    got = {}
+    for order in (["base_answer", "cf_answer"], ["cf_answer", "base_answer"]):
+        doc = noised(tiny_llama, 1e38, "float32")
+        doc["metrics"]["iia"]["choices"] = order
+        out = tmp_path / order[0]
+        api.run(write_doc(doc, weekday_rows(3)), out=out)
+        got[order[0]] = json.loads((out / "iia.json").read_text())
+    for content in got.values():
+        assert content["eligible"] == [True] * 3 and content["reasons"] == [None] * 3
+        assert content["values"] == ["NaN"] * 3
+        assert content["summary"] == {"mean": None, "eligible": 3, "rows": 3, "undefined": 3}
+
+
+def test_iia_is_nan_only_on_the_rows_whose_choices_tie():
+    import torch
+
+    from causalab_core.contracts import MetricInputs
+    from causalab_metrics.answers import IIA, IIAParams
+
+    logits = torch.tensor([[1.0, 2.0], [3.0, 3.0], [5.0, 4.0]])
+    inputs = MetricInputs(logits=logits, logsumexp=torch.zeros(3), columns=("a", "b"),
+                          token_ids={"a": [1, 1, 1], "b": [2, 2, 2]}, eligible=[True, True, True])
+    values = IIA().compute(IIAParams(choices=["a", "b"], label="b"), inputs)
+    assert values.rows[0] == 1.0 and values.rows[1] != values.rows[1] and values.rows[2] == 0.0
+    assert values.summary == {"mean": 0.5, "eligible": 3, "rows": 3, "undefined": 1}

@@ -388,6 +388,10 @@ def test_every_method_core_calls_is_named_when_it_breaks(base, kind, method, run
                                                                 "float or None"),
     (lambda rows: MetricValues([0.5] * rows, {"mean": torch.tensor(0.5)}), "compute returned the summary entry "
                                                                            "'mean': tensor(0.5000), not a name and"),
+    (lambda rows: MetricValues([0.5] * rows, {"mean": float("inf")}), "compute returned the summary entry 'mean': "
+                                                                      "inf, not a finite number or NaN"),
+    (lambda rows: MetricValues([0.5] * rows, {"spread": -float("inf")}), "compute returned the summary entry "
+                                                                         "'spread': -inf, not a finite number or NaN"),
 ])
 def test_a_metric_returning_what_breaks_the_contract_is_named_before_any_file(returned, problem, doc, write_doc,
                                                                               tmp_path):
@@ -414,3 +418,36 @@ def test_a_value_for_a_row_that_is_not_eligible_breaks_the_contract():
     assert values_problem(MetricValues([0.5, 0.25], {}), [True, False]) == (
         "compute returned 0.25 for row 1, which is not eligible (its value must be None)")
     assert values_problem(MetricValues([True], {}), [True]) == "compute returned True for row 0, not a float or None"
+
+
+def test_core_writes_the_counts_of_every_summary_from_the_eligible_mask(doc, write_doc, tmp_path):
+    """A metric's summary that leaves out `eligible` and `rows`, or miscounts them, is written with core's
+    counts (the README promises them in every summary); its own entries, a NaN among them, are kept."""
+
+    class Uncounted(PeekBase):
+        name = "uncounted"
+
+        def columns(self, params):
+            return ("cf_answer", "base_answer")
+
+        def compute(self, params, inputs):
+            return MetricValues([0.5 if ok else None for ok in inputs.eligible], {"mean": 0.5, "spread": float("nan")})
+
+    class Miscounted(Uncounted):
+        name = "miscounted"
+
+        def compute(self, params, inputs):
+            return MetricValues([0.5 if ok else None for ok in inputs.eligible],
+                                {"eligible": 99, "mean": 0.5, "rows": -1})
+
+    rows = weekday_rows(4)
+    rows[2]["cf_answer"] = rows[2]["base_answer"]  # one row not eligible (answers_coincide) for a two-column metric
+    doc["metrics"] = {"u": {"kind": "uncounted"}, "m": {"kind": "miscounted"},
+                      "ld": {"kind": "logit_diff", "target": "cf_answer", "other": "base_answer"}}
+    registry = build_registry(extra=(_module(causalab_metrics=lambda: [Uncounted, Miscounted]),))
+    api.run(write_doc(doc, rows), out=tmp_path / "o", registry=registry)
+    folder = tmp_path / "o" / "layers=1,pos=-1"
+    read = {name: json.loads((folder / f"{name}.json").read_text())["summary"] for name in ("u", "m", "ld")}
+    assert read["u"] == {"mean": 0.5, "spread": "NaN", "eligible": 3, "rows": 4}
+    assert list(read["m"].items()) == [("eligible", 3), ("mean", 0.5), ("rows", 4)]
+    assert read["ld"]["eligible"] == 3 and read["ld"]["rows"] == 4

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 from collections.abc import Iterator
@@ -104,12 +105,32 @@ def too_deep(value: Any, limit: int = MAX_DEPTH) -> str | None:
     return None
 
 
+def not_finite(value: Any) -> tuple[str, float] | None:
+    """The JSON path and value of the first float (in document order) that is NaN or infinite, or None.
+    Python's JSON reads ``NaN``, ``Infinity`` and a literal too big for a float (``1e999``) as such; no
+    parameter means anything there, and no file could write it back (iterative: any depth)."""
+    stack = [(value, "$")]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, float) and not math.isfinite(node):
+            return where, node
+        if isinstance(node, dict):
+            stack += reversed([(v, f"{where}.{path_key(k)}" if len(where) < 200 else where) for k, v in node.items()])
+        elif isinstance(node, list):
+            stack += reversed([(v, f"{where}[{i}]" if len(where) < 200 else where) for i, v in enumerate(node)])
+    return None
+
+
 def parse_document(data: Any, source: str) -> Document:
     if not isinstance(data, dict):
         raise DocumentError(f"{source}: $: expected a JSON object, got {type(data).__name__}")
     deep = too_deep(data)
     if deep:
         raise DocumentError(f"{source}: {deep}: nested deeper than {MAX_DEPTH} levels")
+    if (bad := not_finite(data)) is not None:
+        shown = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}[str(bad[1])]
+        raise DocumentError(f"{source}: {bad[0]}: {shown} is not a finite number (NaN, Infinity and numbers "
+                            "too large for a float mean nothing here)")
     try:
         return Document.model_validate(data)
     except ValidationError as exc:

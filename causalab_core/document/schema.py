@@ -30,7 +30,9 @@ SITES = ("block_input", "block_output", "attn_output", "mlp_output", "head")
 
 
 class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # No float of a document is NaN or infinite (load.not_finite refuses them in the raw JSON first, extra
+    # keys and sweep values included); the models hold that too, for a document built in Python.
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class SweepRef(Frozen):
@@ -98,7 +100,7 @@ class ModelSpec(Frozen):
 class CausalModelSpec(BaseModel):
     """Rows generated from a causal model plugin; its other keys are that model's parameters."""
 
-    model_config = ConfigDict(frozen=True, extra="allow")
+    model_config = ConfigDict(frozen=True, extra="allow", allow_inf_nan=False)
     kind: Name
     intervene: list[Name] = Field(min_length=1, description="Input variables the counterfactual changes (each differs from the base's).")
     rows: int = Field(ge=1, le=100_000)
@@ -142,7 +144,7 @@ class InterventionSpec(BaseModel):
     """What the write puts at its site: an intervention of a plugin-provided `kind`; its other keys are that
     kind's parameters (a `{"sweep": axis}` reference may take a parameter's value)."""
 
-    model_config = ConfigDict(frozen=True, extra="allow")
+    model_config = ConfigDict(frozen=True, extra="allow", allow_inf_nan=False)
     kind: Name
 
 
@@ -185,7 +187,7 @@ class TrainSpec(Frozen):
 class FeaturizerSpec(BaseModel):
     """A featurizer of a plugin-provided `kind`; its other keys are that kind's parameters."""
 
-    model_config = ConfigDict(frozen=True, extra="allow")
+    model_config = ConfigDict(frozen=True, extra="allow", allow_inf_nan=False)
     kind: Name
     train: TrainSpec | None = Field(None, description="Fit the featurizer on these rows first (engines with `training`).")
 
@@ -193,7 +195,7 @@ class FeaturizerSpec(BaseModel):
 class MetricSpec(BaseModel):
     """A metric of a plugin-provided `kind`; its other keys are that kind's parameters."""
 
-    model_config = ConfigDict(frozen=True, extra="allow")
+    model_config = ConfigDict(frozen=True, extra="allow", allow_inf_nan=False)
     kind: Name
     input: Name | None = Field(None, description="Whose run is scored; by default the input the writes intervene on.")
 

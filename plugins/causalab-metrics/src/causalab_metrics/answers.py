@@ -26,7 +26,10 @@ class IIAParams(_Params):
 
 
 class IIA(Metric):
-    """Interchange intervention accuracy: 1 where the argmax over the choices is the label's token."""
+    """Interchange intervention accuracy: 1 where the argmax over the choices is the label's token.
+
+    A row whose choices tie exactly for the top has no argmax: its value is NaN (written ``"NaN"``), left
+    out of the mean and counted in the summary's ``undefined``."""
 
     name = "iia"
     Params = IIAParams
@@ -37,10 +40,12 @@ class IIA(Metric):
     def compute(self, params: IIAParams, inputs: MetricInputs) -> MetricValues:
         choice_logits = inputs.logits[:, [inputs.columns.index(c) for c in params.choices]]
         best = choice_logits.argmax(dim=1).tolist()
+        # An exact tie for the top has no argmax: which choice won would be the choices' order, not the model.
+        tied = (choice_logits == choice_logits.max(dim=1, keepdim=True).values).sum(dim=1).gt(1).tolist()
         values = []
-        for row, b in enumerate(best):
+        for row, (b, tie) in enumerate(zip(best, tied)):
             predicted = inputs.token_ids[params.choices[b]][row]
-            values.append(1.0 if predicted == inputs.token_ids[params.label][row] else 0.0)
+            values.append(float("nan") if tie else 1.0 if predicted == inputs.token_ids[params.label][row] else 0.0)
         return mean_over_eligible(values, inputs.eligible)
 
 
