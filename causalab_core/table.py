@@ -6,12 +6,13 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Iterable
+from types import SimpleNamespace
 from typing import Any
 
 from causalab_core.document.load import safetensors_metadata
-from causalab_core.errors import OutputError, echo
-from causalab_core.output import MANIFEST, _read_manifest, read_run
-from causalab_core.results import NOT_A_NUMBER
+from causalab_core.errors import CausalabError, OutputError, echo
+from causalab_core.output import MANIFEST, UNTRUSTED, _read_manifest, read_run
+from causalab_core.results import NOT_A_NUMBER, _number
 
 TOP_FILES = {"document.json", "run.json", MANIFEST, "data.jsonl"}
 
@@ -93,7 +94,7 @@ def _valid(content: Any) -> bool:
 
 
 def axis_label(value: Any) -> str:
-    from causalab_core.compiler.sweep import axis_label  # the compiler package loads torch: only when needed
+    from causalab_core.compiler.sweep import axis_label
 
     return axis_label(value)
 
@@ -115,6 +116,28 @@ def _order(document: dict[str, Any], content: dict[str, Any]) -> tuple:
         place = _place(values, point.get(axis))
         places.append(len(values) if place is None else place)
     return tuple(places)
+
+
+def _check_points(folder: Path, sweep: dict[str, list], metrics: list[str], contents: list) -> None:
+    """The metric files are the ones the run's document makes: one per point and metric, each in the folder its
+    point's values name. A manifest edited along with the files (a point removed or renamed) is refused here."""
+    from causalab_core.compiler.sweep import points as sweep_points  # torch-free: the folder names a run makes
+
+    try:
+        expected = {name: dict(values) for name, values in sweep_points(SimpleNamespace(sweep=sweep))}
+    except CausalabError:
+        raise OutputError(f"{folder / 'document.json'}: $.sweep: not a document causalab wrote") from None
+    found = set()
+    for rel, content in contents:
+        point = rel.rpartition("/")[0]
+        if point not in expected or json.dumps(_number(content.get("point") or {}), sort_keys=True) != json.dumps(
+                _number(expected[point]), sort_keys=True):
+            raise OutputError(f"{echo(str(folder / rel))}: not a point of the run's document.json; {UNTRUSTED}")
+        found.add((point, content["metric"]))
+    missing = [f"{p}/{m}.json" if p else f"{m}.json" for p in expected for m in metrics if (p, m) not in found]
+    if missing:
+        raise OutputError(f"{echo(str(folder / missing[0]))} is missing ({len(missing)} metric file"
+                          f"{'s' if len(missing) != 1 else ''} of the run's document.json); {UNTRUSTED}")
 
 
 def load(out: str | Path) -> LoadedRun:
@@ -144,6 +167,7 @@ def load(out: str | Path) -> LoadedRun:
         if not _valid(content):
             raise OutputError(f"{echo(str(folder / rel))}: not a causalab metric file")
         contents.append((rel, content))
+    _check_points(folder, sweep, metric_order, contents)
     contents.sort(key=lambda item: (_order(document, item[1]), metric_order.index(item[1]["metric"])
                                     if item[1]["metric"] in metric_order else len(metric_order), item[0]))
     rows, summaries, featurizers, points = [], [], [], {}

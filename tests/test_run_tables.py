@@ -134,19 +134,26 @@ def test_compare_reports_exactly_the_differences_built_in(sweep_run, tmp_path):
 
     _rewrite(other / "layers=2,pos=-1/iia.json", flip_two, other)
     _rewrite(other / "layers=0,pos=-4/logit_diff.json", lambda c: c["values"].__setitem__(3, c["values"][3] + 0.5), other)
-    (other / "layers=0,pos=-1/p_answer.json").unlink()
-    _relist(other, {"layers=0,pos=-1/p_answer.json": None})
 
     done = subprocess.run([CAUSALAB, "compare", str(sweep_run), str(other), "--json"], capture_output=True, text=True)
     assert done.returncode == 1, done.stderr
     report = json.loads(done.stdout)
     assert report["identical"] is False
-    assert report["only_in_a"] == ["layers=0,pos=-1/p_answer.json"] and report["only_in_b"] == []
+    assert report["only_in_a"] == [] and report["only_in_b"] == []
     m = report["metrics"]
     assert (m["iia"]["files_differ"], m["iia"]["rows_differ"], m["iia"]["flips"]) == (1, 2, {"layers=2,pos=-1": flip})
     assert m["logit_diff"]["files_differ"] == 1 and m["logit_diff"]["rows_differ"] == 1
     assert m["logit_diff"]["largest_difference"] == pytest.approx(0.5, abs=1e-6) and m["logit_diff"]["flips"] == {}
-    assert m["p_answer"]["files_differ"] == 0 and m["p_answer"]["files"] == 3
+    assert m["p_answer"]["files_differ"] == 0 and m["p_answer"]["files"] == 4
+
+    # A metric file removed with its manifest line is still not the run its document.json describes.
+    gone = tmp_path / "gone"
+    shutil.copytree(sweep_run, gone)
+    (gone / "layers=0,pos=-1/p_answer.json").unlink()
+    _relist(gone, {"layers=0,pos=-1/p_answer.json": None})
+    refused = subprocess.run([CAUSALAB, "compare", str(sweep_run), str(gone)], capture_output=True, text=True)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert "p_answer.json' is missing (1 metric file of the run's document.json)" in refused.stderr
 
     text = subprocess.run([CAUSALAB, "compare", str(sweep_run), str(other)], capture_output=True, text=True).stdout
     assert f"2 IIA rows flipped (0-based data rows): layers=2,pos=-1: rows {flip[0]}, {flip[1]}" in text
@@ -173,3 +180,16 @@ def test_a_sweep_axis_named_like_a_column_keeps_its_values(tiny_llama, write_doc
     rows = causalab_core.load(tmp_path / "o").records["rows"]
     assert {(r["sweep_value"], r["sweep_metric"]) for r in rows} == {(1, -1), (2, -1)}
     assert {r["metric"] for r in rows} == {"iia", "logit_diff", "p_answer"}
+
+
+def test_a_point_folder_renamed_with_its_manifest_is_not_read_as_the_run(sweep_run, tmp_path):
+    moved = tmp_path / "moved"
+    shutil.copytree(sweep_run, moved)
+    (moved / "layers=0,pos=-1").rename(moved / "layers=0,pos=-9")
+    manifest = json.loads((moved / "manifest.json").read_text())
+    manifest["files"] = {rel.replace("layers=0,pos=-1/", "layers=0,pos=-9/"): d for rel, d in manifest["files"].items()}
+    (moved / "manifest.json").write_text(json.dumps(manifest))
+    for command in (["table", str(moved)], ["plot", str(moved)], ["compare", str(sweep_run), str(moved)]):
+        done = subprocess.run([CAUSALAB, *command], capture_output=True, text=True)
+        assert done.returncode == 2 and done.stdout == "" and done.stderr.count("\n") == 1, (command, done.stderr)
+        assert "layers=0,pos=-9" in done.stderr and "not a point of the run's document.json" in done.stderr
