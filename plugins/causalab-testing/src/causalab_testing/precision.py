@@ -41,7 +41,9 @@ def deltas(run: Path, reference: Path) -> dict[str, float]:
     for key, mine in ours.items():
         other = theirs[key]
         point = abs(mine["summary"]["mean"] - other["summary"]["mean"])
-        rows = [abs(a - b) for a, b in zip(mine["values"], other["values"]) if a is not None and b is not None]
+        # An IIA row whose choices tie is "NaN" (undefined): a flip when the other run decided it.
+        pairs = [(a, b) for a, b in zip(mine["values"], other["values"]) if a is not None and b is not None]
+        rows = [float(a != b) if "NaN" in (a, b) else abs(a - b) for a, b in pairs]
         if mine["kind"] == "iia":
             found["iia_flips"] += sum(d > 0 for d in rows)
             found["iia_point"] = max(found["iia_point"], point)
