@@ -135,12 +135,13 @@ def score(plan: Plan, outputs: dict[str, dict[str, Any]], registry: Registry) ->
             cls = registry.get("metric", metric.kind)
             params = cls.Params.model_validate(metric.params)
             scoring = steps[metric.step].scoring
+            columns = tuple(cls().columns(params))
             key = (metric.name, id(scoring))  # the same for every point: the rows' answers do not change
             if key not in own:
-                own[key] = coinciding(scoring, tuple(cls().columns(params)))
+                own[key] = coinciding(scoring, columns)
             reasons = [p or m for p, m in zip(unresolved, own[key])]
             used = [steps[metric.step], *(steps[path] for path in metric.runs.values())]
-            if nonfinite := not_finite(used, outputs, tuple(cls().columns(params))):
+            if nonfinite := not_finite(used, outputs, columns):
                 reasons = [r or n for r, n in zip(reasons, nonfinite)]
             eligible = [r is None for r in reasons]
             inputs = run_inputs(steps[metric.step], outputs, eligible)

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from types import SimpleNamespace
 from typing import Any
 
+from causalab_core.compiler.sweep import axis_label, points as sweep_points  # torch-free: the compiler package is lazy
 from causalab_core.document.load import safetensors_metadata
 from causalab_core.errors import CausalabError, OutputError, echo
 from causalab_core.output import MANIFEST, UNTRUSTED, _read_manifest, read_run
@@ -93,12 +94,6 @@ def _valid(content: Any) -> bool:
                     for v in values))
 
 
-def axis_label(value: Any) -> str:
-    from causalab_core.compiler.sweep import axis_label
-
-    return axis_label(value)
-
-
 def hashable(values: list[Any]) -> list[Any]:
     """A sweep axis's values as table cells: numbers, strings or booleans as they are (one kind per axis);
     any other axis (objects, lists, a mix) by the label its point folders show, so a pivot can group by it."""
@@ -121,8 +116,6 @@ def _order(document: dict[str, Any], content: dict[str, Any]) -> tuple:
 def _check_points(folder: Path, sweep: dict[str, list], metrics: list[str], contents: list) -> None:
     """The metric files are the ones the run's document makes: one per point and metric, each in the folder its
     point's values name. A manifest edited along with the files (a point removed or renamed) is refused here."""
-    from causalab_core.compiler.sweep import points as sweep_points  # torch-free: the folder names a run makes
-
     try:
         expected = {name: dict(values) for name, values in sweep_points(SimpleNamespace(sweep=sweep))}
     except CausalabError:
