@@ -46,8 +46,12 @@ def plan(path: str | Path, *, data_root: str | Path | None = None, registry: Reg
 
 
 def featurizer_classes(plan: Plan, registry: Registry) -> dict[str, type]:
-    """Featurizer kind -> class, for every kind the plan's writes use: what an engine is handed."""
-    return {kind: registry.get("featurizer", kind) for kind in sorted({f.kind for f in plan.featurizers()})}
+    """What an engine is handed: featurizer kind -> class, for every kind the plan's writes use, and
+    ``intervention/<kind>`` -> class for each intervention that combines by its own ``apply``."""
+    classes = {kind: registry.get("featurizer", kind) for kind in sorted({f.kind for f in plan.featurizers()})}
+    for kind in sorted({iv.kind for iv in plan.interventions() if iv.combine == "custom"}):
+        classes[f"intervention/{kind}"] = registry.get("intervention", kind)
+    return classes
 
 
 @dataclass(frozen=True)

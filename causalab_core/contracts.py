@@ -253,8 +253,9 @@ another row drawn from a seed (``resample``); a statistic over rows, the source 
 eligible rows (``mean``, less the mean of the read ``minus`` names when given); one vector from a
 safetensors file that travels in the plan with its digest (``tensor``); standard normal noise drawn on the
 CPU from a seed and the row (``noise``); or none (``nothing``)."""
-COMBINES = ("replace", "add", "scale", "interpolate")
-"""How ``v`` meets the site's value ``x``: ``v``; ``x + alpha v``; ``alpha x``; ``(1 - alpha) x + alpha v``."""
+COMBINES = ("replace", "add", "scale", "interpolate", "custom")
+"""How ``v`` meets the site's value ``x``: ``v``; ``x + alpha v``; ``alpha x``; ``(1 - alpha) x + alpha v``;
+or the kind's own ``Intervention.apply`` (``custom``)."""
 
 
 @dataclass(frozen=True)
@@ -263,7 +264,8 @@ class Recipe:
 
     The value comes from the write's ``source`` read; ``minus`` names a read whose mean a ``mean`` subtracts,
     ``tensor`` the path of a vector file (relative to the document's data folder), ``seed`` the noise's or
-    the resample's seed."""
+    the resample's seed, ``std_of`` a read whose standard deviation over its rows multiplies ``alpha`` (noise
+    in units of the values it corrupts: Meng et al.'s 3 sigma of the subject's embeddings)."""
 
     needs: str
     combine: str
@@ -271,6 +273,7 @@ class Recipe:
     minus: str | None = None
     tensor: str | None = None
     seed: int | None = None
+    std_of: str | None = None
 
 
 class Intervention:
@@ -289,6 +292,15 @@ class Intervention:
 
     def recipe(self, params: BaseModel) -> Recipe:
         raise NotImplementedError
+
+    def apply(self, x: torch.Tensor, v: torch.Tensor | None, params: BaseModel) -> torch.Tensor:
+        """Only for a recipe whose ``combine`` is ``custom``: the written value, ``[rows, window, width]``, for
+        the site's value ``x`` (float32; a featurizer's features where the write goes through one) and the
+        value ``v`` the recipe's need gives (float32, as wide, or None for ``nothing``; ``alpha`` is not
+        applied). Row by row: a row's value depends on its own ``x`` and ``v`` alone, and the same inputs
+        give the same bytes (``causalab_testing.InterventionConformance`` checks both). It runs where the
+        engine runs (on an NDIF server too, its module shipped by value): torch and the standard library only."""
+        raise NotImplementedError(f"intervention {self.name!r}: a `custom` recipe needs an `apply` method")
 
 
 # -- metrics ------------------------------------------------------------------

@@ -52,7 +52,7 @@ CASES = [
     ("an unknown minus read", intervened({"kind": "add", "minus": "nothing"}), 2,
      ["$.writes.patch.intervention.minus: no read named 'nothing'"]),
     ("a minus read of the written input", intervened({"kind": "add", "minus": "cf_first"}, input="base"), 2,
-     ["$.reads.cf_first.input"]),
+     ["$.writes.patch.intervention.minus: read 'cf_first' is taken from 'base', the input this write changes"]),
     ("a vector file that is not there", intervened({"kind": "add", "vector": "absent.safetensors"}, source=False),
      2, ["$.writes.patch.intervention.vector", "absent.safetensors", "cannot be read"]),
     ("a vector of the wrong width", intervened({"kind": "add", "vector": "wide.safetensors"}, source=False), 1,

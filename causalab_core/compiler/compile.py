@@ -63,7 +63,8 @@ class Compiler:
         self.metric_params = metric_params
         self.doc_json = self.doc.model_dump(mode="json")
         self.ref = shell.model_ref(self.doc.model.key, self.doc.model.revision, self.doc.model.dtype)
-        self.prompts = tokenize_inputs(self.doc.inputs, loaded.rows, shell.tokenizer, self.doc.variables)
+        self.prompts = tokenize_inputs(self.doc.inputs, loaded.rows, shell.tokenizer, self.doc.variables,
+                                       self.doc.columns)
         check_prompts(self.prompts, loaded.rows, shell.tokenizer, shell.config)
         self.resolvers = [cls() for cls in registry.components("position").values()]
         self._positions: dict[tuple[str, str, str], tuple[Resolved, ...]] = {}
@@ -186,8 +187,9 @@ class Compiler:
 
     def point(self, name: str, values: tuple) -> Point:
         point_doc = substitute(self.doc_json, values)
-        reads, records, eligible = self._reads(name, point_doc)
+        reads, records = self._reads(name, point_doc)
         writes, write_records, fits = self._writes(name, point_doc, reads)
+        eligible = eligible_rows(len(self.loaded.rows), [r for _, r in reads.values()], writes)
         steps = tuple(fits) + self._steps(name, {n: read for n, (_, read) in reads.items()},
                                           {n: spec.input for n, (spec, _) in reads.items()}, writes)
         metrics = tuple(
@@ -197,17 +199,32 @@ class Compiler:
         )
         return Point(name, values, steps, metrics, tuple(records + write_records), tuple(eligible), point_doc)
 
-    def _reads(self, point: str, point_doc: dict) -> tuple[dict[str, tuple[ReadSpec, Read]], list, list[bool]]:
-        """Each read's spec and plan node, its position record, and which rows every read resolved on."""
-        reads, records, eligible = {}, [], [True] * len(self.loaded.rows)
+    def _reads(self, point: str, point_doc: dict) -> tuple[dict[str, tuple[ReadSpec, Read]], list]:
+        """Each read's spec and plan node, and its position record."""
+        reads, records = {}, []
         for rname, raw in point_doc["reads"].items():
             spec = ReadSpec.model_validate(raw)
             site = self.site(spec, f"$.reads.{rname}", point)
             resolved = self.resolve(spec.input, spec.position)
+            if spec.where:
+                resolved = self.only_where(resolved, spec.where, f"$.reads.{rname}.where")
             records.append(self.record(rname, "read", spec.input, resolved))
-            eligible = [ok and r.reason is None for ok, r in zip(eligible, resolved)]
             reads[rname] = (spec, Read(rname, site, self.windows(resolved)))
-        return reads, records, eligible
+        return reads, records
+
+    def only_where(self, resolved: tuple[Resolved, ...], where: dict[str, str], at: str) -> tuple[Resolved, ...]:
+        """``resolved`` on the rows whose columns hold ``where``'s values; the others excluded (kept per
+        spec, like ``resolve``'s tuples, so points share it)."""
+        key = (id(resolved), json.dumps(where, sort_keys=True))
+        if key not in self._positions:
+            rows = self.loaded.rows
+            for column in where:
+                if not any(column in row for row in rows):
+                    raise PlanError(f"{at}.{column}: no row has a column {echo(column)}")
+            self._positions[key] = tuple(
+                r if all(row.get(c) == v for c, v in where.items()) else Resolved((), "row_excluded")
+                for r, row in zip(resolved, rows))
+        return self._positions[key]
 
     def _writes(self, point: str, point_doc: dict, reads: dict) -> tuple[dict[str, list[Write]], list, list[Fit]]:
         """Each write by the input it changes, its position record, and a Fit step per trained featurizer."""
@@ -285,7 +302,8 @@ class Compiler:
         key = json.dumps(data, sort_keys=True)
         if key not in self._training:
             def tokenize(rows):
-                prompts = tokenize_inputs(self.doc.inputs, rows, self.shell.tokenizer, self.doc.variables)
+                prompts = tokenize_inputs(self.doc.inputs, rows, self.shell.tokenizer, self.doc.variables,
+                                          self.doc.columns)
                 check_prompts(prompts, rows, self.shell.tokenizer, self.shell.config, where)
                 return prompts
             self._training[key] = train_rows(data, self.loaded.data_folder, self.loaded.source, where, tokenize,
@@ -330,8 +348,9 @@ class Compiler:
         return f"{point}/{input_name}" if point else input_name
 
     def _steps(self, point, reads, read_inputs, writes) -> tuple[Run, ...]:
-        """One run per input that has work; inputs read from run before inputs written to."""
-        order = sorted(self.doc.inputs, key=lambda i: (i in writes, self.doc.inputs.index(i)))
+        """One run per input that has work; an input runs after the inputs its writes read from, and otherwise
+        inputs nothing writes run first, in document order."""
+        order = run_order(self.doc.inputs, read_inputs, writes)
         steps = []
         for input_name in order:
             mine = tuple(r for n, r in reads.items() if read_inputs[n] == input_name)
@@ -375,6 +394,40 @@ class Compiler:
             data=self.loaded.generated or {},
             **choose_position_reuse(self.ref, prompts, built),
         )
+
+
+def eligible_rows(rows: int, reads: list[Read], writes: dict[str, list[Write]]) -> list[bool]:
+    """The rows every read resolved on, leaving out reads that only give a statistic over rows (a mean, a
+    mean subtracted, a standard deviation): a row missing from a statistic still has its own value to score."""
+    direct = {w.source for ws in writes.values() for w in ws if w.intervention is None or w.intervention.needs != "mean"}
+    statistics = {r for ws in writes.values() for w in ws for r in uses(w)} - direct
+    eligible = [True] * rows
+    for read in reads:
+        if read.name not in statistics:
+            eligible = [ok and bool(window) for ok, window in zip(eligible, read.windows)]
+    return eligible
+
+
+def run_order(inputs: list[str], read_inputs: dict[str, str], writes: dict[str, list[Write]]) -> list[str]:
+    """The inputs in the order their runs go: one whose writes take a read's value after that read's input
+    (which a write may change too: a read of a noised run patched into the clean one)."""
+    after = {name: {read_inputs[r] for w in writes.get(name, ()) for r in uses(w)} for name in inputs}
+    order: list[str] = []
+    while len(order) < len(inputs):
+        ready = [i for i in inputs if i not in order and after[i] <= set(order)]
+        if not ready:
+            left = sorted(set(inputs) - set(order))
+            raise PlanError(f"$.writes: the inputs {left} each write a value read from another of them's run; "
+                            "no order runs them")
+        order.append(min(ready, key=lambda i: (i in writes, inputs.index(i))))
+    return order
+
+
+def uses(write: Write) -> tuple[str, ...]:
+    """The reads a write takes values from: its source, and what its intervention reads besides."""
+    iv = write.intervention
+    extra = () if iv is None else tuple(r for r in (iv.minus, iv.std_of) if r is not None)
+    return tuple(r for r in (write.source, *extra) if r is not None)
 
 
 def compile_document(loaded: LoadedDocument, registry: Registry) -> Plan:

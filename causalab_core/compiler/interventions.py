@@ -25,6 +25,15 @@ def lowered(registry: Any, spec: dict, where: str, site: Any, windows: tuple, so
     recipe = recipe_for(cls, params, where)
     ref = dict(kind=spec["kind"], params=params.model_dump(mode="json"), needs=recipe.needs,
                combine=recipe.combine, alpha=float(recipe.alpha), seed=recipe.seed)
+    if recipe.std_of is not None:
+        ref["std_of"] = recipe.std_of
+        read = reads[recipe.std_of]
+        if not any(read.windows):
+            raise PlanError(f"{where}.std_of: read {echo(recipe.std_of)} resolved on no row; no standard deviation "
+                            "to scale by")
+        if read.site.width != site.width:
+            raise PlanError(f"{where}.std_of: read {echo(recipe.std_of)} is {read.site.width} wide, the site "
+                            f"{site.width}: its spread is not in the site's units")
     if recipe.needs == "mean":
         for key, name in (("source", source), ("minus", recipe.minus)):
             if name is not None and not any(reads[name].windows):

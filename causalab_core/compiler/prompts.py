@@ -135,21 +135,27 @@ def _folded_into(tokenizer: Any, skeleton: str, marked: list[dict], names: list[
 
 
 def tokenize_inputs(
-    inputs: list[str], rows: tuple[dict, ...], tokenizer: Any, variables: dict[str, dict[str, str]] | None = None
+    inputs: list[str], rows: tuple[dict, ...], tokenizer: Any, variables: dict[str, dict[str, str]] | None = None,
+    columns: dict[str, str] | None = None,
 ) -> dict[str, list[RowText]]:
-    """Each input column of each row as a RowText (text, ids, offsets, variables, chat segments).
+    """Each input of each row as a RowText (text, ids, offsets, variables, chat segments).
 
-    ``variables`` maps an input to {variable: column}: that input's value of the variable.
+    ``variables`` maps an input to {variable: column}: that input's value of the variable. ``columns`` maps an
+    input to the column its prompt is in, where that is not its name; such an input takes its variables from
+    the input of that column's name unless it has its own.
     """
     out: dict[str, list[RowText]] = {}
+    variables, columns = variables or {}, columns or {}
     for name in inputs:
-        renamed = (variables or {}).get(name, {})
+        column = columns.get(name, name)
+        renamed = variables.get(name, variables.get(column, {}))
         texts, segments, chat = [], [], None
         for i, row in enumerate(rows):
-            where = f"{row_name(rows, i)}, column {echo(name)}"
-            if name not in row:
-                raise PlanError(f"$.inputs: {row_name(rows, i)} has no column {echo(name)}")
-            value = row[name]
+            where = f"{row_name(rows, i)}, column {echo(column)}"
+            if column not in row:
+                at = "$.inputs" if column == name else f"$.columns.{name}"
+                raise PlanError(f"{at}: {row_name(rows, i)} has no column {echo(column)}")
+            value = row[column]
             if not isinstance(value, (str, list)):
                 raise PlanError(f"{where}: a prompt is a string or a list of chat messages "
                                 f"({{\"role\": ..., \"content\": ...}}), got {echo(value)}")

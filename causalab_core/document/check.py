@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from causalab_core.document.load import json_path
 from causalab_core.document.interventions import check_interventions
-from causalab_core.document.schema import SWEEPABLE, Document, SweepRef, is_sweep_ref
+from causalab_core.document.schema import ROLES, SWEEPABLE, Document, SweepRef, is_sweep_ref
 from causalab_core.errors import DocumentError, PluginError, clip, echo, shorten
 from causalab_core.plugins import Registry
 
@@ -46,9 +46,11 @@ def check_references(document: Document) -> None:
     inputs_shown = shorten(str(document.inputs))
     if len(inputs) != len(document.inputs):
         raise DocumentError("$.inputs: an input is listed twice")
-    for name in document.variables:
-        if name not in inputs:
-            raise DocumentError(f"$.variables.{name}: {echo(name)} is not one of the inputs {inputs_shown}")
+    for group in ("variables", "columns"):
+        for name in getattr(document, group):
+            if name not in inputs:
+                raise DocumentError(f"$.{group}.{name}: {echo(name)} is not one of the inputs {inputs_shown}")
+    check_direction(document, inputs_shown)
     for name, read in document.reads.items():
         if read.input not in inputs:
             raise DocumentError(f"$.reads.{name}.input: {echo(read.input)} is not one of the inputs {inputs_shown}")
@@ -62,10 +64,6 @@ def check_references(document: Document) -> None:
             raise DocumentError(f"{where}.source: read {echo(write.source)} is taken from {echo(write.input)}, the input this write changes")
         if write.featurizer is not None and write.featurizer not in document.featurizers:
             raise DocumentError(f"{where}.featurizer: no featurizer named {echo(write.featurizer)} under $.featurizers")
-    written = {w.input for w in document.writes.values()}
-    for name, read in document.reads.items():
-        if read.input in written:
-            raise DocumentError(f"$.reads.{name}.input: {echo(read.input)} is changed by a write; reading an intervened run is not supported")
     for group, specs in (("reads", document.reads), ("writes", document.writes)):
         for name, spec in specs.items():
             if (spec.site == "head") != (spec.head is not None):
@@ -103,6 +101,28 @@ def check_references(document: Document) -> None:
                 raise DocumentError(f"$.sweep.{axis}[{i}]: repeats $.sweep.{axis}[{first[key]}] "
                                     f"({echo(value)}); each point would run twice")
             first[key] = i
+
+
+def check_direction(document: Document, inputs_shown: str) -> None:
+    """``direction`` names two different inputs, none of which is called by a role's name; without one, a
+    role used as an input is named as what it is."""
+    direction = document.direction
+    if direction is None:
+        for group in ("reads", "writes", "metrics"):
+            for name, spec in getattr(document, group).items():
+                if spec.input in ROLES and spec.input not in document.inputs:
+                    raise DocumentError(f"$.{group}.{name}.input: {echo(spec.input)} is a role under $.direction, "
+                                        "and the document has none")
+        return
+    for key in ("clean", "corrupted"):
+        if getattr(direction, key) not in document.inputs:
+            raise DocumentError(f"$.direction.{key}: {echo(getattr(direction, key))} is not one of the inputs "
+                                f"{inputs_shown}")
+    if direction.clean == direction.corrupted:
+        raise DocumentError("$.direction.corrupted: the clean and the corrupted input are one input")
+    for name in document.inputs:
+        if name in ROLES:
+            raise DocumentError(f"$.inputs: {echo(name)} is a role under $.direction; name the input otherwise")
 
 
 def _sweep_variants(document: Document, spec: Any) -> list[tuple[dict, dict[str, tuple[str, int]]]]:

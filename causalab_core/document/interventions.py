@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from causalab_core.contracts import COMBINES, NEEDS, Recipe
+from causalab_core.contracts import COMBINES, NEEDS, Intervention, Recipe
 from causalab_core.errors import DocumentError, PluginError, clip, echo
 
 # What each need reads from the write's `source`.
@@ -21,6 +21,8 @@ def recipe_for(cls: type, params: Any, where: str) -> Recipe:
     if not isinstance(recipe, Recipe) or recipe.needs not in NEEDS or recipe.combine not in COMBINES:
         raise PluginError(f"intervention {cls.name!r}: recipe must be a contracts.Recipe with needs in {NEEDS} and "
                           f"combine in {COMBINES}, got {echo(recipe)}")
+    if recipe.combine == "custom" and cls.apply is Intervention.apply:
+        raise PluginError(f"intervention {cls.name!r}: its recipe combines `custom`, and the class has no `apply`")
     return recipe
 
 
@@ -34,7 +36,8 @@ def check_source(document: Any, name: str, write: Any, recipe: Recipe | None, ki
         raise DocumentError(f"{where}.source: {said} takes its value from a read: name one under $.reads")
     if needs not in WITH_SOURCE and write.source is not None:
         raise DocumentError(f"{where}.source: intervention {echo(kind)} reads no source; remove `source`")
-    for key, read in (("source", write.source), ("intervention.minus", recipe and recipe.minus)):
+    for key, read in (("source", write.source), ("intervention.minus", recipe and recipe.minus),
+                      ("intervention.std_of", recipe and recipe.std_of)):
         if read is None:
             continue
         if read not in document.reads:

@@ -8,7 +8,7 @@ installed registry in :mod:`causalab_core.document.check`.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -33,6 +33,23 @@ class Frozen(BaseModel):
     # No float of a document is NaN or infinite (load.not_finite refuses them in the raw JSON first, extra
     # keys and sweep values included); the models hold that too, for a document built in Python.
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+
+class OptionalKeys(Frozen):
+    """A model whose ``OPTIONAL`` keys, left at their empty default, are not dumped: a document that does not use
+    a later feature (an intervention, a row filter, a direction) dumps as it did before the feature existed,
+    so its plan's copy of the document, and the plan's bytes and digest, stay the same."""
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _absent_optional(self, handler):
+        data = handler(self)
+        if isinstance(data, dict):
+            for key in self.OPTIONAL:
+                if not getattr(self, key):
+                    data.pop(key, None)
+        return data
 
 
 class SweepRef(Frozen):
@@ -130,14 +147,20 @@ class DataSpec(Frozen):
         return self
 
 
-class ReadSpec(Frozen):
+class ReadSpec(OptionalKeys):
     """Record an activation of one input's run, at a layer, site and position."""
 
-    input: Name = Field(description="Which input (prompt column) the activation comes from.")
+    OPTIONAL = ("where",)
+
+    input: Name = Field(description="Which input's run the activation comes from (`donor` or `recipient` under "
+                                    "`direction`); where writes change that input, its intervened run.")
     layer: Layer
     site: Literal[SITES] = "block_output"
     position: Position
     head: Head | None = Field(None, description="Attention head, for site `head` only.")
+    where: dict[Name, str] | None = Field(
+        None, description="Only rows whose columns hold these values, e.g. {\"day\": \"Monday\"}: the rows a mean "
+        "or a standard deviation is taken over (other rows: reason `row_excluded`).")
 
 
 class InterventionSpec(BaseModel):
@@ -148,10 +171,12 @@ class InterventionSpec(BaseModel):
     kind: Name
 
 
-class WriteSpec(Frozen):
+class WriteSpec(OptionalKeys):
     """Swap a read's value into another input's run, at a layer, site and position (or intervene otherwise)."""
 
-    input: Name = Field(description="Which input's run is intervened on.")
+    OPTIONAL = ("intervention",)
+
+    input: Name = Field(description="Which input's run is intervened on (`recipient` or `donor` under `direction`).")
     source: Name | None = Field(None, description="The read whose value is written (the intervention's source; "
                                                   "a swap, resample, mean or difference of means needs one).")
     layer: Layer
@@ -163,14 +188,6 @@ class WriteSpec(Frozen):
         None, description="What the write does (`kind`: swap, zero, mean, resample, noise, add, or a plugin's); "
         "none swaps the source's value in.")
 
-    @model_serializer(mode="wrap")
-    def _absent_intervention(self, handler):
-        """A write without an intervention dumps as it did before interventions existed (the plan's copy of
-        the document, and so its bytes, stay the same)."""
-        data = handler(self)
-        if self.intervention is None and isinstance(data, dict):
-            data.pop("intervention", None)
-        return data
 
 
 class TrainSpec(Frozen):
@@ -200,8 +217,56 @@ class MetricSpec(BaseModel):
     input: Name | None = Field(None, description="Whose run is scored; by default the input the writes intervene on.")
 
 
-class Document(Frozen):
+ROLES = ("recipient", "donor")
+"""Input names a read, write or metric may use under ``direction``."""
+
+
+class DirectionSpec(Frozen):
+    """Which way activation patching runs (Heimersheim & Nanda 2024): ``denoising`` patches the clean input's
+    activations into the corrupted input's run (is the site sufficient?), ``noising`` the corrupted input's
+    into the clean one's (is it necessary?). Reads, writes and metrics name the inputs by role: ``donor``
+    (where patched values come from) and ``recipient`` (the run they go into)."""
+
+    patch: Literal["denoising", "noising"]
+    clean: Name = Field(description="The input that gives the answer under study.")
+    corrupted: Name = Field(description="The input that does not (another prompt, or one a noise write corrupts).")
+
+    def roles(self) -> dict[str, str]:
+        """``{role: input}`` for this direction."""
+        if self.patch == "denoising":
+            return {"recipient": self.corrupted, "donor": self.clean}
+        return {"recipient": self.clean, "donor": self.corrupted}
+
+
+def with_roles(data: Any) -> Any:
+    """The raw document with each read's, write's and metric's ``input`` role replaced by the input its
+    ``direction`` gives it (a metric without ``input`` scores the recipient); ``data`` unchanged without one."""
+    if not isinstance(data, dict) or not isinstance(data.get("direction"), dict):
+        return data
+    direction = data["direction"]
+    patch, clean, corrupted = (direction.get(k) for k in ("patch", "clean", "corrupted"))
+    if patch not in ("denoising", "noising") or not isinstance(clean, str) or not isinstance(corrupted, str):
+        return data  # the schema says what is wrong with it
+    roles = DirectionSpec.model_construct(patch=patch, clean=clean, corrupted=corrupted).roles()
+    out = dict(data)
+    for group in ("reads", "writes", "metrics"):
+        specs = data.get(group)
+        if not isinstance(specs, dict):
+            continue
+        out[group] = {}
+        for name, spec in specs.items():
+            if isinstance(spec, dict) and spec.get("input") in roles:
+                spec = {**spec, "input": roles[spec["input"]]}
+            elif isinstance(spec, dict) and group == "metrics" and "input" not in spec:
+                spec = {**spec, "input": roles["recipient"]}
+            out[group][name] = spec
+    return out
+
+
+class Document(OptionalKeys):
     """An interchange-intervention experiment."""
+
+    OPTIONAL = ("columns", "direction")
 
     version: Literal["2"]
     name: str | None = None
@@ -209,6 +274,12 @@ class Document(Frozen):
     model: ModelSpec
     data: DataSpec
     inputs: list[Name] = Field(["base", "counterfactual"], min_length=1, description="Prompt columns; each is run through the model.")
+    columns: dict[Name, Name] = Field(
+        {}, description="Per input, the column its prompt comes from where that is not the column of its name: "
+        "{\"noised\": \"base\"} runs the base prompt a second time, as its own input (a run to corrupt).")
+    direction: DirectionSpec | None = Field(
+        None, description="Activation patching's direction, denoising or noising, and which inputs are the clean "
+        "and the corrupted one; reads, writes and metrics then name inputs by role (`donor`, `recipient`).")
     variables: dict[Name, dict[Name, str]] = Field(
         {}, description="Per input, prompt variables that take their value from another column, e.g. "
         "{\"counterfactual\": {\"entity\": \"cf_entity\"}}; otherwise a variable is the column of its name."
@@ -220,6 +291,11 @@ class Document(Frozen):
     sweep: dict[Name, Annotated[list[Any], Field(min_length=1)]] = Field(
         {}, description="Axes: each maps to the values its `{\"sweep\": axis}` references take; points are the product, in axis order."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _roles(cls, data: Any) -> Any:
+        return with_roles(data)
 
 
 def json_schema() -> dict[str, Any]:

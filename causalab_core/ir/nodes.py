@@ -99,7 +99,8 @@ class InterventionRef:
     needs: ``source`` (the source read on the row, or on ``rows[i]``), ``mean`` (the source read's mean over
     its eligible rows, less ``minus``'s), ``tensor`` (``tensor``'s one vector), ``noise`` (standard normal,
     drawn on the CPU from ``seed`` and the row), ``nothing``.
-    combine: ``replace`` (v), ``add`` (x + alpha v), ``scale`` (alpha x), ``interpolate`` ((1 - alpha) x + alpha v).
+    combine: ``replace`` (v), ``add`` (x + alpha v), ``scale`` (alpha x), ``interpolate`` ((1 - alpha) x + alpha v),
+    ``custom`` (the kind's ``apply``, its class handed to the engine).
     Through a featurizer, both are featurized and the result keeps ``x``'s error term."""
 
     kind: str
@@ -115,6 +116,8 @@ class InterventionRef:
     tensor: bytes | None = None
     """``tensor``: a safetensors file's bytes, read once on the client (as a trained featurizer's state)."""
     tensor_digest: str | None = None
+    std_of: str | None = None
+    """A read whose standard deviation over its rows multiplies ``alpha`` (noise's scale)."""
 
 
 @dataclass(frozen=True)

@@ -33,9 +33,20 @@ def loaded_state(ref) -> dict:
 
 
 def featurizers_for(step, fitted: dict, classes: Mapping[str, type]) -> dict:
-    """Each write's featurizer: the one trained earlier in the point, else a fresh one (None for a plain swap)."""
-    return {w.name: (fitted.get(w.featurizer.name) or untrained(w, classes)) if w.featurizer else None
-            for w in step.writes}
+    """Each write's featurizer: the one trained earlier in the point, else a fresh one (None for a plain swap);
+    and under ``apply/<write>``, the instance of an intervention that combines by its own ``apply``."""
+    tools = {w.name: (fitted.get(w.featurizer.name) or untrained(w, classes)) if w.featurizer else None
+             for w in step.writes}
+    for w in step.writes:
+        if w.intervention is not None and w.intervention.combine == "custom":
+            tools[applier(w)] = classes[f"intervention/{w.intervention.kind}"]() \
+                if f"intervention/{w.intervention.kind}" in classes else None
+    return tools
+
+
+def applier(write) -> str:
+    """The key ``featurizers_for`` hands a write's custom intervention under (no write name holds a ``/``)."""
+    return f"apply/{write.name}"
 
 
 def untrained(write, classes: Mapping[str, type]):

@@ -20,10 +20,11 @@ from causalab_core.runtime.windows import scatter, window_index
 ROW_STRIDE = 2**32
 
 
-def put(target: torch.Tensor, write, span: slice, offsets, store, featurizer) -> None:
+def put(target: torch.Tensor, write, span: slice, offsets, store, featurizer, custom=None) -> None:
     """Write ``write``'s value for rows ``span`` (a batch of the plan's rows) into ``target`` in place, at each
     row's window (``offsets``: the batch's left padding). ``store``: the point's reads, each a list over every
-    row of the plan (a mean or a resample reads rows outside the batch)."""
+    row of the plan (a mean or a resample reads rows outside the batch). ``custom``: the kind's instance,
+    for a ``custom`` combination (``featurizers.featurizers_for`` hands it over)."""
     iv = write.intervention
     windows = write.windows[span]
     if iv is None or (iv.needs == "source" and iv.rows is None and iv.combine == "replace"):
@@ -31,16 +32,28 @@ def put(target: torch.Tensor, write, span: slice, offsets, store, featurizer) ->
         return
     rows = list(range(span.start, span.stop))
     values = needed(iv, write, store, rows, windows)
+    how = Combination(iv, custom, iv.alpha * (std_of(store, iv.std_of, write.name) if iv.std_of else 1.0))
     index = window_index(windows, offsets)
     if index is not None:
         r, c = index
         stacked = None if values is None else torch.stack(values).to(target.device)
-        target[r, c] = intervened(featurizer, iv, target[r, c], stacked, rows)
+        target[r, c] = intervened(featurizer, how, target[r, c], stacked, rows)
         return
     for b, (window, offset) in enumerate(zip(windows, offsets)):
         cols = [p + offset for p in window]
         value = None if values is None else values[b].to(target.device).unsqueeze(0)
-        target[b, cols] = intervened(featurizer, iv, target[b, cols].unsqueeze(0), value, rows[b:b + 1])[0]
+        target[b, cols] = intervened(featurizer, how, target[b, cols].unsqueeze(0), value, rows[b:b + 1])[0]
+
+
+class Combination:
+    """How a write's value is made from ``x`` and ``v``: the intervention's plan data, its ``custom`` instance
+    and its ``alpha`` (times the ``std_of`` read's spread, where it names one)."""
+
+    def __init__(self, iv, custom, alpha: float):
+        self.iv, self.custom, self.alpha = iv, custom, alpha
+        if iv.combine == "custom" and custom is None:
+            raise EngineError(f"intervention {iv.kind!r} combines by its own `apply`, and the engine was not "
+                              "given its class")
 
 
 def needed(iv, write, store, rows: list[int], windows) -> list[torch.Tensor] | None:
@@ -61,14 +74,29 @@ def needed(iv, write, store, rows: list[int], windows) -> list[torch.Tensor] | N
     return [vector.expand(len(window), -1) for window in windows]
 
 
-def mean_of(store, read: str, write: str) -> torch.Tensor:
-    """The read's mean over every position of every row it resolved on, in float32."""
+def resolved_values(store, read: str, write: str, what: str) -> torch.Tensor:
+    """``[positions, width]``: the read at every position of every row it resolved on, in float32."""
     if any(v is None for v in store[read]):  # position reuse keeps one batch's reads: the planner avoids it
-        raise EngineError(f"write {write!r}: read {read!r} is not recorded on every row; a mean needs them all")
+        raise EngineError(f"write {write!r}: read {read!r} is not recorded on every row; a {what} needs them all")
     values = [v for v in store[read] if len(v)]
     if not values:
-        raise EngineError(f"write {write!r}: a mean over no eligible rows of read {read!r}")
-    return torch.cat([v.float() for v in values]).mean(0)
+        raise EngineError(f"write {write!r}: a {what} over no eligible rows of read {read!r}")
+    return torch.cat([v.float() for v in values])
+
+
+def mean_of(store, read: str, write: str) -> torch.Tensor:
+    """The read's mean over every position of every row it resolved on, in float32."""
+    return resolved_values(store, read, write, "mean").mean(0)
+
+
+def std_of(store, read: str, write: str) -> float:
+    """The standard deviation of every value the read holds (every position of every row it resolved on, every
+    dimension), in float64 on the CPU: one number, the same on every engine and device."""
+    spread = resolved_values(store, read, write, "standard deviation").double().cpu().std().item()
+    if not spread > 0 or spread == float("inf"):
+        raise EngineError(f"write {write!r}: read {read!r} has standard deviation {spread}; noise cannot be "
+                          "scaled by it")
+    return spread
 
 
 def loaded_vector(iv, write: str) -> torch.Tensor:
@@ -92,9 +120,11 @@ def noise(seed: int, rows: list[int], shape) -> torch.Tensor:
     return torch.stack(drawn)
 
 
-def intervened(featurizer, iv, base: torch.Tensor, value: torch.Tensor | None, rows: list[int]) -> torch.Tensor:
+def intervened(featurizer, how: Combination, base: torch.Tensor, value: torch.Tensor | None,
+               rows: list[int]) -> torch.Tensor:
     """The written value for ``base`` ``[rows, window, width]``: the combination in float32 outside any
     autocast (as ``windows.swap``), through the featurizer where there is one, cast back to base's dtype."""
+    iv = how.iv
     with torch.autocast(device_type=base.device.type, enabled=False):
         x, error = featurizer.featurize(base.float()) if featurizer is not None else (base.float(), None)
         if iv.needs == "noise":
@@ -103,8 +133,21 @@ def intervened(featurizer, iv, base: torch.Tensor, value: torch.Tensor | None, r
             v = featurizer.featurize(value.float())[0] if featurizer is not None else value.float()
         else:
             v = None
-        out = combined(iv.combine, iv.alpha, x, v)
+        if iv.combine == "custom":
+            out = applied(how.custom, x, v, iv)
+        else:
+            out = combined(iv.combine, how.alpha, x, v)
         return (featurizer.inverse(out, error) if featurizer is not None else out).to(base.dtype)
+
+
+def applied(custom, x: torch.Tensor, v: torch.Tensor | None, iv) -> torch.Tensor:
+    """A third party's ``apply``, held to its contract: a tensor of ``x``'s shape."""
+    out = custom.apply(x, v, type(custom).Params.model_validate(iv.params))
+    if not isinstance(out, torch.Tensor) or out.shape != x.shape:
+        shape = list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise EngineError(f"intervention {iv.kind!r}: apply returned {shape}, not a tensor of the site's shape "
+                          f"{list(x.shape)}")
+    return out.float()
 
 
 def combined(how: str, alpha: float, x: torch.Tensor, v: torch.Tensor | None) -> torch.Tensor:

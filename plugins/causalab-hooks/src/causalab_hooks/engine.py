@@ -11,7 +11,7 @@ from causalab_core.contracts import Engine, ReuseOptions, refuse_options
 from causalab_core.errors import EngineError, shorten
 from causalab_core.ir import Fit, Plan, Run
 from causalab_core.runtime import (
-    Batch, answer_scores, as_heads, batches, featurizers_for, fit_featurizer, gather, joined, minibatch, put,
+    Batch, answer_scores, applier, as_heads, batches, featurizers_for, fit_featurizer, gather, joined, minibatch, put,
 )
 from causalab_core.runtime.positions import (
     UNSUPPORTED, CleanCaches, EagerAttention, decide, first_written_position, keys_values, last_position, prefix_cache,
@@ -343,7 +343,8 @@ def editor(reads, writes, batch: Batch, store, swaps, stop: bool):
         if writes:
             hidden = hidden.clone()
             for write in writes:  # the one place a written value is computed (runtime.interventions)
-                put(as_heads(hidden, write.site), write, span, batch.offsets, store, swaps[write.name])
+                put(as_heads(hidden, write.site), write, span, batch.offsets, store, swaps[write.name],
+                    swaps.get(applier(write)))
         if stop:
             raise _StopForward
         return hidden

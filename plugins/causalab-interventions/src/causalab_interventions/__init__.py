@@ -57,7 +57,12 @@ class Resample(Intervention):
 
 
 class NoiseParams(Seeded):
-    scale: float = Field(gt=0, description="Standard deviation of the Gaussian noise added to the site's value.")
+    scale: float = Field(gt=0, description="Standard deviation of the Gaussian noise added to the site's value "
+                                           "(in units of `std_of`'s standard deviation, where given).")
+    std_of: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_\-]*$",
+                               description="A read (on another input): the noise's standard deviation is `scale` "
+                                           "times the standard deviation of its values over the rows it resolved "
+                                           "on (3 and the subject's embeddings: Meng et al. 2022).")
 
     @field_validator("scale")
     @classmethod
@@ -68,14 +73,14 @@ class NoiseParams(Seeded):
 
 
 class Noise(Intervention):
-    """Noising: ``scale`` times standard normal noise added at the site, drawn on the CPU from ``seed`` and the
-    row's index, so every engine and device adds the same numbers."""
+    """Noising: ``scale`` times standard normal noise added at the site (times ``std_of``'s spread, where
+    given), drawn on the CPU from ``seed`` and the row's index, so every engine and device adds the same numbers."""
 
     name = "noise"
     Params = NoiseParams
 
     def recipe(self, params):
-        return Recipe("noise", "add", alpha=params.scale, seed=params.seed)
+        return Recipe("noise", "add", alpha=params.scale, seed=params.seed, std_of=params.std_of)
 
 
 class AddParams(BaseModel):

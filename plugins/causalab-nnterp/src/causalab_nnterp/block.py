@@ -12,7 +12,7 @@ import torch
 
 from causalab_core.errors import EngineError
 from causalab_core.runtime import (
-    SITE_ORDER, answer_scores, as_heads, batches, featurizers_for, fit_featurizer, gather, joined, minibatch, put,
+    SITE_ORDER, answer_scores, applier, as_heads, batches, featurizers_for, fit_featurizer, gather, joined, minibatch, put,
 )
 from causalab_core.runtime.positions import (
     UNSUPPORTED, CleanCaches, EagerAttention, first_written_position, keys_values, last_position, prefix_cache,
@@ -136,7 +136,8 @@ def run_step(model, chosen, step, store, featurizers, labels=None, site_tensor=b
                     for read in reads:
                         store[read.name][span] = gather(as_heads(hidden, site), read.windows[span], batch.offsets)
                     for write in writes:  # the one place a written value is computed (runtime.interventions)
-                        put(as_heads(hidden, site), write, span, batch.offsets, store, featurizers[write.name])
+                        put(as_heads(hidden, site), write, span, batch.offsets, store, featurizers[write.name],
+                            featurizers.get(applier(write)))
                 if start > 0 and trims_last_mlp(step, plan_model):
                     mlp = last_mlp_envoy(model, plan_model, site_tensor)
                     length = mlp.input.shape[1]
