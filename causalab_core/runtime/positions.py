@@ -257,11 +257,12 @@ def refusal(model, prompts: dict) -> str | None:
 
 def other_rows(points) -> str | None:
     """Why the mode cannot run these points, or None: a write whose intervention reads other rows' values (a
-    mean, a resample) needs every row's reads at once, and the mode keeps one batch's."""
+    mean, a resample, a spread) needs every row's reads at once, and the mode keeps one batch's."""
     for point in points:
         for step in point.steps:
             for write in (step.writes if step.kind == "run" else ()):
-                if write.intervention is not None and write.intervention.needs in ("mean", "resample"):
+                iv = write.intervention
+                if iv is not None and (iv.needs in ("mean", "resample") or iv.std_of is not None):
                     return (f"write {write.name!r} ({write.intervention.kind}) reads other rows' values, and "
                             "position reuse keeps one batch of rows' reads at a time")
     return None
