@@ -106,6 +106,20 @@ def _grouped(rows: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str,
     return grouped
 
 
+def _paired_summaries(left: LoadedRun, right: LoadedRun) -> dict[tuple[str, str], tuple[dict, dict]]:
+    theirs = {(r["point"], r["metric"]): r for r in right.records["summaries"]}
+    return {(r["point"], r["metric"]): (r, theirs[(r["point"], r["metric"])])
+            for r in left.records["summaries"] if (r["point"], r["metric"]) in theirs}
+
+
+def _apart(x: dict, y: dict) -> bool:
+    """Whether two summaries' mean intervals do not overlap (False where either has none)."""
+    bounds = [x.get("mean_low"), x.get("mean_high"), y.get("mean_low"), y.get("mean_high")]
+    if not all(isinstance(b, (int, float)) and math.isfinite(b) for b in bounds):
+        return False
+    return bounds[1] < bounds[2] or bounds[3] < bounds[0]
+
+
 def compare(a: str | Path, b: str | Path) -> dict[str, Any]:
     """``{"identical": bool, "metrics": {name: {...}}, "only_in_a": [...], "only_in_b": [...]}``.
 
@@ -113,7 +127,9 @@ def compare(a: str | Path, b: str | Path) -> dict[str, Any]:
     points agree; ``experiment`` says what differs, and ``engines`` where the runs ran on two engines.
     Per metric: ``files`` (in both), ``files_differ``, ``rows`` (compared), ``rows_differ``,
     ``largest_difference`` (over rows both scored with a finite number), ``not_a_number_differs``, ``flips`` (``{point: [row, ...]}`` for IIA: rows whose
-    0/1 outcome changed), ``eligibility_differs`` (rows scored in one run only).
+    0/1 outcome changed), ``eligibility_differs`` (rows scored in one run only); ``means_differ`` (points
+    whose summary means differ) and ``intervals_apart`` (those points, among them, whose 95% bootstrap
+    intervals do not overlap: a difference beyond what resampling the rows gives).
     """
     left, right = load(a), load(b)
     files_a, files_b = _by_file(left), _by_file(right)
@@ -145,6 +161,12 @@ def compare(a: str | Path, b: str | Path) -> dict[str, Any]:
             entry["largest_difference"] = max(entry["largest_difference"], abs(x["value"] - y["value"]))
             if x["kind"] == "iia":
                 entry["flips"].setdefault(point, []).append(x["row"])
+    for (point, name), (x, y) in _paired_summaries(left, right).items():
+        if name in metrics and not _same(x.get("mean"), y.get("mean")):
+            entry = metrics[name]
+            entry["means_differ"] = entry.get("means_differ", 0) + 1
+            if _apart(x, y):
+                entry.setdefault("intervals_apart", []).append(point)
     only_a = [r for r in files_a if r not in files_b]
     only_b = [r for r in files_b if r not in files_a]
     found = experiment(left, right)
@@ -174,6 +196,12 @@ def describe(report: dict[str, Any], a: str, b: str) -> str:
         if m["not_a_number_differs"]:
             line += f", {m['not_a_number_differs']} rows a number in one run and NaN or infinite in the other"
         lines.append(line)
+        if m.get("means_differ"):
+            apart = m.get("intervals_apart", [])
+            lines.append(f"    the mean differs at {m['means_differ']} points: "
+                         + (f"{len(apart)} beyond the 95% intervals of both runs ({_named(apart)}), "
+                            f"{m['means_differ'] - len(apart)} within them" if apart
+                            else "all within the 95% intervals over rows"))
         if m["flips"]:
             flips = sum(len(rows) for rows in m["flips"].values())
             where = "; ".join(f"{point or '(no sweep)'}: rows {', '.join(map(str, rows))}" for point, rows in m["flips"].items())

@@ -66,6 +66,19 @@ def sweep_table(run: LoadedRun, metric: str, document: dict[str, Any]) -> tuple[
     return axes, means
 
 
+def intervals(run: LoadedRun, metric: str, axes: list[str]) -> dict[tuple, tuple[float, float]]:
+    """Each point's ``(mean_low, mean_high)``, keyed as ``sweep_table`` keys means (NaN where undefined);
+    empty for a run whose metric files carry no interval (written before they did)."""
+    found = {}
+    for _, content in _metric_contents(run, metric):
+        summary = content.get("summary") or {}
+        if "mean_low" in summary:
+            key = tuple(axis_label(content["point"][a]) for a in axes)
+            bounds = (_mean(summary.get(k)) for k in ("mean_low", "mean_high"))
+            found[key] = tuple(math.nan if b is None else b for b in bounds)
+    return found
+
+
 def _metric_contents(run: LoadedRun, metric: str) -> list[tuple[str, dict[str, Any]]]:
     return [(rel, json.loads(run.files[rel])) for rel in sorted(run.files)
             if rel.count("/") == 1 and rel.endswith(f"/{metric}.json")]
@@ -134,6 +147,11 @@ def plot_metric(folder: Path, metric: str, document: dict[str, Any] | None = Non
         xs = values[axes[0]]
         ys = [means.get((x,)) for x in xs]
         ax.plot(range(len(xs)), [float("nan") if y is None else y for y in ys], marker="o")
+        bands = intervals(run, metric, axes)
+        if bands:  # the 95% bootstrap interval over rows, where the metric files have one
+            low, high = ([bands.get((x,), (math.nan, math.nan))[i] for x in xs] for i in (0, 1))
+            ax.fill_between(range(len(xs)), low, high, alpha=0.25, linewidth=0, label="95% interval over rows")
+            ax.legend(fontsize=7, loc="best")
         for i, y in enumerate(ys):
             if y is None and undefined < len(means):
                 ax.annotate("n/a", (i, 0), xycoords=("data", "axes fraction"), ha="center", va="bottom", fontsize=7)

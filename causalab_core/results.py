@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from causalab_core.contracts import MetricInputs, values_problem
+from causalab_core.intervals import METHOD, with_interval
 from causalab_core.errors import EngineError, PluginError
 from causalab_core.ir import Fit, Plan, Point, PositionRecord
 from causalab_core.plugins import Registry
@@ -151,12 +152,14 @@ def score(plan: Plan, outputs: dict[str, dict[str, Any]], registry: Registry) ->
             if (problem := values_problem(values, eligible)) is not None:  # named, before any file
                 raise PluginError(f"metric {metric.kind!r} of {registry.provider('metric', metric.kind).distribution} "
                                   f"at $.metrics.{metric.name}: {problem}")
+            # The counts are core's, from the mask itself, whatever the metric wrote (or left out).
+            summary = with_interval({**values.summary, "eligible": sum(eligible), "rows": len(eligible)}, values.rows)
             content = {
                 "metric": metric.name,
                 "kind": metric.kind,
                 "point": dict(point.values),
-                # The counts are core's, from the mask itself, whatever the metric wrote (or left out).
-                "summary": _number({**values.summary, "eligible": sum(eligible), "rows": len(eligible)}),
+                "summary": _number(summary),
+                **({"interval": METHOD} if "mean_low" in summary else {}),
                 "values": _number(values.rows),
                 "eligible": eligible,
                 "reasons": reasons,
