@@ -94,3 +94,23 @@ class TestPAnswerConformance(MetricConformance):
     @pytest.fixture
     def params(self):
         return PAnswer.Params(answer="a")
+
+
+def test_iia_over_the_vocabulary_is_the_top_token_being_the_label():
+    """`over: vocabulary`: 1 only where the label's token is the argmax of the whole distribution; the rows whose
+    top token is none of the choices score 0 and are counted (`no_choice`), against a plain argmax."""
+    from causalab_testing.conformance import metric_inputs
+
+    generator = torch.Generator().manual_seed(0)
+    vocab = torch.randn(200, 12, generator=generator)
+    ids = {"a": [3] * 200, "b": [5] * 200, "c": [7] * 200}
+    eligible = [i % 9 != 0 for i in range(200)]
+    params = IIA.Params(choices=["a", "b", "c"], label="b", over="vocabulary")
+    got = IIA().compute(params, metric_inputs(vocab, ("a", "b", "c"), ids, eligible, views=("answers", "ranks")))
+    top = vocab.argmax(-1).tolist()
+    assert got.rows == [(1.0 if t == 5 else 0.0) if ok else None for t, ok in zip(top, eligible)]
+    assert got.summary["no_choice"] == sum(ok and t not in (3, 5, 7) for t, ok in zip(top, eligible)) > 0
+    among = IIA().compute(IIA.Params(choices=["a", "b", "c"], label="b"),
+                          metric_inputs(vocab, ("a", "b", "c"), ids, eligible))
+    assert got.summary["mean"] < among.summary["mean"] and "no_choice" not in among.summary
+    assert IIA().needs(params) == {"intervened": ("ranks",)}

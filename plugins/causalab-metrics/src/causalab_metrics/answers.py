@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from causalab_core.contracts import Metric, MetricInputs, MetricValues, mean_over_eligible
@@ -17,6 +19,10 @@ class IIAParams(_Params):
 
     choices: list[str] = Field(min_length=2, description="Answer columns to choose between (argmax of their logits).")
     label: str = Field(description="The column whose answer counts as correct (usually the counterfactual's).")
+    over: Literal["choices", "vocabulary"] = Field(
+        "choices", description="Where the model's answer is its top token: among the choices, or over the whole "
+        "vocabulary (a row whose top token is none of the choices scores 0, and the summary counts those rows "
+        "as `no_choice`).")
 
     @model_validator(mode="after")
     def _label_is_a_choice(self) -> IIAParams:
@@ -26,7 +32,8 @@ class IIAParams(_Params):
 
 
 class IIA(Metric):
-    """Interchange intervention accuracy: 1 where the argmax over the choices is the label's token.
+    """Interchange intervention accuracy: 1 where the argmax over the choices is the label's token (with
+    ``over: vocabulary``, where the label's token is also the top token of the whole vocabulary).
 
     A row whose choices tie exactly for the top has no argmax: its value is NaN (written ``"NaN"``), left
     out of the mean and counted in the summary's ``undefined``."""
@@ -37,16 +44,26 @@ class IIA(Metric):
     def columns(self, params: IIAParams) -> tuple[str, ...]:
         return tuple(params.choices)
 
+    def needs(self, params: IIAParams):
+        return {"intervened": ("ranks",) if params.over == "vocabulary" else ("answers",)}
+
     def compute(self, params: IIAParams, inputs: MetricInputs) -> MetricValues:
         choice_logits = inputs.logits[:, [inputs.columns.index(c) for c in params.choices]]
         best = choice_logits.argmax(dim=1).tolist()
         # An exact tie for the top has no argmax: which choice won would be the choices' order, not the model.
         tied = (choice_logits == choice_logits.max(dim=1, keepdim=True).values).sum(dim=1).gt(1).tolist()
+        # Over the vocabulary, the best choice is the model's answer only where no other token scores above it.
+        on_top = ([int(inputs.rank(params.choices[b])[row]) == 0 for row, b in enumerate(best)]
+                  if params.over == "vocabulary" else [True] * len(best))
         values = []
-        for row, (b, tie) in enumerate(zip(best, tied)):
+        for row, (b, tie, top) in enumerate(zip(best, tied, on_top)):
             predicted = inputs.token_ids[params.choices[b]][row]
-            values.append(float("nan") if tie else 1.0 if predicted == inputs.token_ids[params.label][row] else 0.0)
-        return mean_over_eligible(values, inputs.eligible)
+            correct = top and predicted == inputs.token_ids[params.label][row]
+            values.append(float("nan") if tie and top else 1.0 if correct else 0.0)
+        summary = mean_over_eligible(values, inputs.eligible)
+        if params.over == "vocabulary":
+            summary.summary["no_choice"] = sum(1 for top, ok in zip(on_top, inputs.eligible) if ok and not top)
+        return summary
 
 
 class LogitDiffParams(_Params):
