@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import random
 from typing import Any
@@ -93,6 +94,8 @@ def generate(model: Any, spec: Any, where: str) -> list[dict[str, Any]]:
     if unknown:
         raise DocumentError(f"{where}.distinct_labels: {echo(unknown[0])} is not a variable of causal model "
                             f"{model.name!r} nor a set of its `labels` (labels: {', '.join(known)})")
+    if spec.rows == "all":
+        return population(model, spec, joint, where)
     rng = random.Random(f"{model.name}-{spec.split}-{spec.seed}")
     rows, seen, tries = [], set(), 0
     while len(rows) < spec.rows:
@@ -111,9 +114,42 @@ def generate(model: Any, spec: Any, where: str) -> list[dict[str, Any]]:
             continue
         seen.add(key)
         made = row(model, base, source, joint)
-        answers = [made["base_answer"], *(made[f"label_{v}"] for v in spec.distinct_labels)]
-        if len(set(answers)) == len(answers):
+        if separates(made, spec):
             rows.append(made)
+    return rows
+
+
+def separates(made: dict[str, Any], spec: Any) -> bool:
+    """The row's base answer and its ``distinct_labels`` all differ."""
+    answers = [made["base_answer"], *(made[f"label_{v}"] for v in spec.distinct_labels)]
+    return len(set(answers)) == len(answers)
+
+
+def population(model: Any, spec: Any, joint: tuple, where: str) -> list[dict[str, Any]]:
+    """Every (base, counterfactual) pair of the split: each base setting of the inputs' domains, each
+    counterfactual changing every ``intervene`` input, in the domains' order; ``spec.cap`` at most."""
+    domains = {v: model.domain(v) for v in model.inputs}
+    missing = [v for v, values in domains.items() if values is None]
+    if missing:
+        raise DocumentError(f"{where}.rows: causal model {model.name!r} cannot enumerate input {missing[0]!r}; "
+                            "ask for a sample (a number of rows)")
+    settings = [dict(zip(model.inputs, values)) for values in itertools.product(*domains.values())]
+    settings = [s for s in settings if model.split(s) == spec.split]
+    rows = []
+    for base in settings:
+        for changed in itertools.product(*(domains[v] for v in spec.intervene)):
+            source = {**base, **dict(zip(spec.intervene, changed))}
+            if any(source[v] == base[v] for v in spec.intervene) or model.split(source) != spec.split:
+                continue
+            made = row(model, base, source, joint)
+            if separates(made, spec):
+                rows.append(made)
+                if len(rows) > spec.cap:
+                    raise DocumentError(f"{where}.cap: the population of split {spec.split!r} has more than "
+                                        f"{spec.cap} rows; raise `cap` or ask for a sample (a number of rows)")
+    if not rows:
+        raise DocumentError(f"{where}.rows: causal model {model.name!r} has no pair of split {spec.split!r} "
+                            f"changing {spec.intervene}")
     return rows
 
 

@@ -149,6 +149,11 @@ class CausalModel:
         """A value of input ``variable`` drawn with ``rng`` (a ``random.Random``)."""
         raise NotImplementedError
 
+    def domain(self, variable: str) -> Sequence[Any] | None:
+        """Every value input ``variable`` takes, in a fixed order, where there are few enough to enumerate
+        (a document may then ask for the whole population of pairs, ``rows: "all"``); None where not."""
+        return None
+
     def compute(self, variable: str, parents: Mapping[str, Any]) -> Any:
         """The value of derived ``variable`` given its parents' values."""
         raise NotImplementedError

@@ -217,3 +217,35 @@ def test_causal_model_parameters_are_refused_at_their_json_path(extra, where, me
     with pytest.raises(DocumentError) as raised:
         api.plan(path, registry=build_registry(extra=(module,)))
     assert raised.value.one_line().startswith(f"DocumentError: {path}: {where}: {message}")
+
+
+def test_the_whole_population_of_pairs_is_every_pair_an_enumeration_finds():
+    """`rows: "all"`: every held-out (base, counterfactual) pair changing count and day whose four answers differ,
+    counted here from the task's own definitions; in a fixed order, distinct, and the same twice."""
+    from causalab_toy import tasks
+    from causalab_toy.causal import Weekdays
+
+    spec = CausalModelSpec(kind="weekdays", intervene=["count", "day"], rows="all", split="test",
+                           distinct_labels=["count", "day", "answer"])
+    rows = generate(Weekdays(), spec, "$.data.causal_model")
+
+    def answer(count, day):
+        return tasks.DAYS[(tasks.DAYS.index(day) + int(count)) % 7]
+
+    held_out = [(c, d) for c in tasks.COUNTS for d in tasks.DAYS if tasks.weekday_split(c, d) == "test"]
+    expected = sum(1 for c, d in held_out for c2, d2 in held_out if c2 != c and d2 != d
+                   and len({answer(c, d), answer(c2, d), answer(c, d2), answer(c2, d2)}) == 4)
+    assert len(rows) == expected == len({json.dumps(r, sort_keys=True) for r in rows})
+    assert generate(Weekdays(), spec, "$.data.causal_model") == rows
+
+
+@pytest.mark.parametrize("kind,spec,message", [
+    ("weekdays", {"cap": 100}, "$.data.causal_model.cap: the population of split 'test' has more than 100 rows"),
+    ("entity", {}, "$.data.causal_model.rows: causal model 'entity' cannot enumerate input 'line'"),
+])
+def test_a_population_too_large_or_not_enumerable_is_one_line(kind, spec, message):
+    model = registry().get("causal_model", kind)()
+    intervene = ["count"] if kind == "weekdays" else ["place"]
+    with pytest.raises(DocumentError, match=message.replace("$", r"\$").replace("(", r"\(").replace(")", r"\)")):
+        generate(model, CausalModelSpec(kind=kind, intervene=intervene, rows="all", split="test", **spec),
+                 "$.data.causal_model")

@@ -120,7 +120,11 @@ class CausalModelSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="allow", allow_inf_nan=False)
     kind: Name
     intervene: list[Name] = Field(min_length=1, description="Input variables the counterfactual changes (each differs from the base's).")
-    rows: int = Field(ge=1, le=100_000)
+    rows: Annotated[int, Field(ge=1, le=100_000)] | Literal["all"] = Field(
+        description="How many distinct rows to sample, or \"all\": every pair of the split the model can enumerate "
+        "(its inputs' `domain`), in a fixed order, so that a figure is the population's, not a sample's.")
+    cap: int = Field(5000, ge=1, le=100_000, description="With rows \"all\": the most rows the population may have "
+                                                         "(a larger one is refused, naming its size).")
     split: Literal["train", "test"]
     seed: int = 0
     labels: list[list[Name]] = Field([], description="Interventions on sets of variables, beyond the single ones: "

@@ -25,6 +25,9 @@ class Weekdays(CausalModel):
     def sample(self, rng, variable: str) -> Any:
         return rng.choice(tasks.COUNTS) if variable == "count" else rng.choice(tasks.DAYS)
 
+    def domain(self, variable: str) -> list:
+        return list(tasks.COUNTS if variable == "count" else tasks.DAYS)
+
     def compute(self, variable: str, parents) -> Any:
         return tasks.DAYS[(tasks.DAYS.index(parents["day"]) + int(parents["count"])) % 7]
 
