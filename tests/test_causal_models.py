@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import types
+from pathlib import Path
 
 import pytest
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -237,6 +238,8 @@ def test_the_whole_population_of_pairs_is_every_pair_an_enumeration_finds():
                    and len({answer(c, d), answer(c2, d), answer(c, d2), answer(c2, d2)}) == 4)
     assert len(rows) == expected == len({json.dumps(r, sort_keys=True) for r in rows})
     assert generate(Weekdays(), spec, "$.data.causal_model") == rows
+    readme = " ".join((Path(__file__).parent.parent / "documents" / "README.md").read_text().split())
+    assert f"keep four different answers are {len(rows)}:" in readme
 
 
 @pytest.mark.parametrize("kind,spec,message", [
