@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -291,10 +292,12 @@ class Compiler:
             source_input=read_spec.input,
             target_input=write.input,
             prompts={name: tuple(r.ids for r in prompts[name]) for name in (read_spec.input, write.input)},
-            labels=answer_token(self.shell.tokenizer, rows, train["label"], f"{where}.label"),
+            labels=trained_labels(answer_token(self.shell.tokenizer, rows, train["label"], f"{where}.label"),
+                                  train.get("labels", "as_given"), train["seed"]),
             data_digest=dataset.removeprefix("train:"),
             epochs=train["epochs"], batch_size=train["batch_size"], lr=train["lr"], seed=train["seed"],
-            identity=identity(self.ref, site, write.position, featurizer),
+            identity={**identity(self.ref, site, write.position, featurizer),
+                      **({"labels": "shuffled"} if train.get("labels") == "shuffled" else {})},
         )
 
     def training(self, data: dict, where: str) -> TrainingRows:
@@ -394,6 +397,16 @@ class Compiler:
             data=self.loaded.generated or {},
             **choose_position_reuse(self.ref, prompts, built),
         )
+
+
+def trained_labels(labels: tuple[int, ...], order: str, seed: int) -> tuple[int, ...]:
+    """The training labels, or (``shuffled``, the control) the same labels permuted among the rows from
+    ``seed``: what is left to learn is what any subspace of that rank could fit."""
+    if order != "shuffled":
+        return labels
+    permuted = list(labels)
+    random.Random(f"shuffled-labels-{seed}").shuffle(permuted)
+    return tuple(permuted)
 
 
 def eligible_rows(rows: int, reads: list[Read], writes: dict[str, list[Write]]) -> list[bool]:

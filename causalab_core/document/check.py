@@ -28,8 +28,9 @@ def _sweep_refs(document: Document) -> list[tuple[str, str]]:
         for key, value in spec.model_dump().items():
             if is_sweep_ref(value):
                 refs.append((f"$.featurizers.{name}.{key}", value["sweep"]))
-        if spec.train is not None and isinstance(spec.train.seed, SweepRef):
-            refs.append((f"$.featurizers.{name}.train.seed", spec.train.seed.sweep))
+        for key in ("seed", "labels"):
+            if spec.train is not None and isinstance(getattr(spec.train, key), SweepRef):
+                refs.append((f"$.featurizers.{name}.train.{key}", getattr(spec.train, key).sweep))
     for name, spec in document.writes.items():  # an intervention's parameters (e.g. a steering's alpha)
         for key, value in (spec.intervention.model_dump() if spec.intervention else {}).items():
             if is_sweep_ref(value):
@@ -86,7 +87,8 @@ def check_references(document: Document) -> None:
             raise DocumentError(f"{where}: no sweep axis named {echo(axis)} under $.sweep")
         used.add(axis)
         field = where.rsplit(".", 1)[1]
-        if (where.startswith(("$.reads.", "$.writes.")) or where.endswith(".train.seed")) and field in SWEEPABLE:
+        if (where.startswith(("$.reads.", "$.writes.")) or where.endswith((".train.seed", ".train.labels"))) \
+                and field in SWEEPABLE:
             kind, accepts = SWEEPABLE[field]
             for i, value in enumerate(document.sweep[axis]):
                 if not accepts(value) or is_sweep_ref(value):
@@ -177,7 +179,7 @@ def _same_once_checked(document: Document, checked: dict[str, dict[int, list[str
 
 
 def _is_featurizer_param(where: str) -> bool:
-    return where.startswith("$.featurizers.") and not where.endswith(".train.seed")
+    return where.startswith("$.featurizers.") and not where.endswith((".train.seed", ".train.labels"))
 
 
 def check_plugins(document: Document, registry: Registry) -> dict[str, Any]:

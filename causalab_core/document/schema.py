@@ -36,9 +36,9 @@ class Frozen(BaseModel):
 
 
 class OptionalKeys(Frozen):
-    """A model whose ``OPTIONAL`` keys, left at their empty default, are not dumped: a document that does not use
-    a later feature (an intervention, a row filter, a direction) dumps as it did before the feature existed,
-    so its plan's copy of the document, and the plan's bytes and digest, stay the same."""
+    """A model whose ``OPTIONAL`` keys, left at their default, are not dumped: a document that does not use a
+    later feature (an intervention, a row filter, a direction, a label control) dumps as it did before the
+    feature existed, so its plan's copy of the document, and the plan's bytes and digest, stay the same."""
 
     OPTIONAL: ClassVar[tuple[str, ...]] = ()
 
@@ -47,7 +47,7 @@ class OptionalKeys(Frozen):
         data = handler(self)
         if isinstance(data, dict):
             for key in self.OPTIONAL:
-                if not getattr(self, key):
+                if getattr(self, key) == type(self).model_fields[key].default:
                     data.pop(key, None)
         return data
 
@@ -97,6 +97,7 @@ SWEEPABLE = {
     "position": ("a position (an integer, negative counts from the end, or an object a position plugin accepts)",
                  _is_position),
     "seed": ("a seed (an integer)", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    "labels": ("\"as_given\" or \"shuffled\"", lambda v: v in ("as_given", "shuffled")),
 }
 """What a swept value of each field must be: checked like a literal one (document.check)."""
 
@@ -104,6 +105,7 @@ Layer = _sweepable(*SWEEPABLE["layer"], {"type": "integer", "minimum": 0})
 Head = _sweepable(*SWEEPABLE["head"], {"type": "integer", "minimum": 0})
 Position = _sweepable(*SWEEPABLE["position"], {"anyOf": [{"type": "integer"}, {"type": "object"}]})
 Seed = _sweepable(*SWEEPABLE["seed"], {"type": "integer"})
+Labels = _sweepable(*SWEEPABLE["labels"], {"enum": ["as_given", "shuffled"]})
 
 
 class ModelSpec(Frozen):
@@ -194,8 +196,10 @@ class WriteSpec(OptionalKeys):
 
 
 
-class TrainSpec(Frozen):
+class TrainSpec(OptionalKeys):
     """Fit a featurizer's parameters before it is used: cross-entropy of ``label`` through the intervened model."""
+
+    OPTIONAL = ("labels",)
 
     data: DataSpec = Field(description="Training rows (same columns as the document's data), e.g. the train split.")
     label: str = Field(description="Answer column the intervened run should predict (usually the counterfactual's).")
@@ -203,6 +207,9 @@ class TrainSpec(Frozen):
     batch_size: int = Field(32, ge=1)
     lr: float = Field(1e-2, gt=0)
     seed: Seed = Field(0, description="Seeds the initial parameters and the order of the rows; sweep it to see training's spread.")
+    labels: Labels = Field("as_given", description="\"shuffled\" trains on the labels permuted among the training "
+                           "rows (from `seed`): the control a trained subspace must beat, with the same data, rank and "
+                           "steps; sweep it (`[\"as_given\", \"shuffled\"]`) to run both side by side.")
 
 
 class FeaturizerSpec(BaseModel):
