@@ -63,7 +63,8 @@ class Compiler:
         self.loaded, self.doc, self.shell, self.registry = loaded, loaded.document, shell, registry
         self.metric_params = metric_params
         self.doc_json = self.doc.model_dump(mode="json")
-        self.ref = shell.model_ref(self.doc.model.key, self.doc.model.revision, self.doc.model.dtype)
+        self.ref = shell.model_ref(self.doc.model.key, self.doc.model.revision, self.doc.model.dtype,
+                                   self.doc.model.init_seed if self.doc.model.init == "random" else None)
         self.prompts = tokenize_inputs(self.doc.inputs, loaded.rows, shell.tokenizer, self.doc.variables,
                                        self.doc.columns)
         check_prompts(self.prompts, loaded.rows, shell.tokenizer, shell.config)

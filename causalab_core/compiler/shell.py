@@ -60,10 +60,10 @@ class Shell:
     module: Any
     layers_path: str
 
-    def model_ref(self, key: str, revision: str | None, dtype: str) -> ModelRef:
+    def model_ref(self, key: str, revision: str | None, dtype: str, init_seed: int | None = None) -> ModelRef:
         c = self.config
         return ModelRef(
-            key=key, revision=revision, dtype=dtype, source=str(self.source),
+            key=key, revision=revision, dtype=dtype, source=str(self.source), init_seed=init_seed,
             architecture=type(self.module).__name__, layers_path=self.layers_path, layers=c.num_hidden_layers,
             width=c.hidden_size, heads=c.num_attention_heads, head_dim=self._head_dim(), vocab=c.vocab_size,
             sliding_window=attention_window(c),

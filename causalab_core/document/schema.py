@@ -108,12 +108,18 @@ Seed = _sweepable(*SWEEPABLE["seed"], {"type": "integer"})
 Labels = _sweepable(*SWEEPABLE["labels"], {"enum": ["as_given", "shuffled"]})
 
 
-class ModelSpec(Frozen):
+class ModelSpec(OptionalKeys):
     """Which checkpoint to run, and at which dtype."""
+
+    OPTIONAL = ("init", "init_seed")
 
     key: str = Field(min_length=1, description="A model key: a local directory, a Hugging Face id in the local cache, or a key a models plugin knows.")
     revision: str | None = Field(None, description="Pinned revision (commit or checkpoint digest); checked where the source reports one.")
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
+    init: Literal["trained", "random"] = Field(
+        "trained", description="\"random\": the checkpoint's architecture with freshly initialized weights (from "
+        "`init_seed`), the baseline a finding on trained weights must beat; local engines only.")
+    init_seed: int = Field(0, ge=0, lt=2**31, description="Seeds the random weights of `init: random`.")
 
 
 class CausalModelSpec(BaseModel):

@@ -43,6 +43,8 @@ class ModelRef:
     head_dim: int
     vocab: int
     sliding_window: int | None = None
+    init_seed: int | None = None
+    """Set where the document asks for random weights (``model.init: random``): their seed."""
     """Tokens a position attends back over in sliding-window attention (None: all of them)."""
     last_mlp: str | None = None
     """Dotted path of the last block's MLP where it works on each position alone and is handed no residual
@@ -269,7 +271,10 @@ class Plan:
         return asdict(self, dict_factory=_plain_dict)
 
 
+OPTIONAL = ("intervention", "init_seed")
+"""Fields left out of a node's dict when absent: a plan that does not use them is the dict it was before they
+existed (``resume.plan_digest`` and ``causalab plan --json`` read it)."""
+
+
 def _plain_dict(items: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A node's fields, without a write's absent intervention: a plan without one is the dict it was before
-    interventions existed (``resume.plan_digest`` and ``causalab plan --json`` read it)."""
-    return {k: v for k, v in items if not (k == "intervention" and v is None)}
+    return {k: v for k, v in items if not (k in OPTIONAL and v is None)}

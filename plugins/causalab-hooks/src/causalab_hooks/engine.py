@@ -43,18 +43,16 @@ class HooksEngine(Engine):
         self._models: dict[tuple, torch.nn.Module] = {}
 
     def load(self, plan: Plan) -> torch.nn.Module:
-        from transformers import AutoModelForCausalLM
         from transformers.utils import logging
+
+        from causalab_core.runtime.models import local_model
 
         logging.disable_progress_bar()
 
-        key = (plan.model.source, plan.model.dtype, self.device_map)
+        key = (plan.model.source, plan.model.dtype, self.device_map, plan.model.init_seed)
         if key not in self._models:
             try:
-                model = AutoModelForCausalLM.from_pretrained(
-                    plan.model.source, dtype=DTYPES[plan.model.dtype], device_map=self.device_map,
-                    local_files_only=True,
-                )
+                model = local_model(plan.model, DTYPES[plan.model.dtype], self.device_map)
             except (ValueError, RuntimeError) as exc:  # e.g. a --device-map transformers does not know
                 raise EngineError(f"cannot load {plan.model.key} (--device-map {self.device_map}): "
                                   f"{shorten(' '.join(str(exc).split()))}") from None

@@ -54,6 +54,9 @@ class NdifEngine(NnterpEngine):
     def run(self, plan, remote, batch_size, classes, positions):
         """Check the server, send the session, and keep what it said about itself in ``details``. The
         ``timeout`` bounds every wait of it: the ``/env`` and ``/status`` requests, and the job."""
+        if plan.model.init_seed is not None:
+            raise EngineError("$.model.init: random weights are built locally; an NDIF server serves the trained "
+                              "checkpoint. Run this document on hooks or nnterp")
         host = remote_host(remote) or resolved_host()
         started = time.monotonic()
         try:

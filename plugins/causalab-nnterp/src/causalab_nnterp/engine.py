@@ -25,8 +25,13 @@ def load_model(plan, device_map=None):
     if device_map is not None:
         options["device_map"] = device_map
     try:
+        if plan.model.init_seed is not None:  # random weights, built as the hooks engine builds them
+            from causalab_core.runtime.models import local_model
+
+            source = local_model(plan.model, options.pop("dtype"), options.pop("device_map", None))
         model = nnterp.StandardizedTransformer(
-            source, tokenizer=AutoTokenizer.from_pretrained(source, local_files_only=True), dispatch=True, **options
+            source, tokenizer=AutoTokenizer.from_pretrained(plan.model.source, local_files_only=True), dispatch=True,
+            **options
         )
     except (ValueError, RuntimeError) as exc:  # e.g. a --device-map transformers does not know
         raise EngineError(f"cannot load {plan.model.key} (--device-map {device_map}): "
