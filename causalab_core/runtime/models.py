@@ -1,5 +1,6 @@
-"""The model a local engine runs: the checkpoint's weights, or (``ModelRef.init_seed``) its architecture with
-random weights drawn from that seed, the baseline a finding on trained weights must beat."""
+"""The model a local engine runs: the checkpoint's weights, or its architecture with seeded random weights.
+
+``ModelRef.init_seed`` asks for the random ones: the baseline a finding on trained weights must beat."""
 
 from __future__ import annotations
 
