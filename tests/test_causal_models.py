@@ -252,3 +252,23 @@ def test_a_population_too_large_or_not_enumerable_is_one_line(kind, spec, messag
     with pytest.raises(DocumentError, match=message.replace("$", r"\$").replace("(", r"\(").replace(")", r"\)")):
         generate(model, CausalModelSpec(kind=kind, intervene=intervene, rows="all", split="test", **spec),
                  "$.data.causal_model")
+
+
+def test_labels_the_rows_cannot_tell_apart_are_named_with_their_share():
+    """The generator records, for each pair of answer columns that agree on some rows, the share they agree on:
+    weekdays' `answer` and `count+day` agree on every row (the two hypotheses are one here)."""
+    from causalab_core.document.load import generated_rows
+
+    spec = CausalModelSpec(kind="weekdays", intervene=["count", "day"], rows=40, split="test",
+                           labels=[["count", "day"]])
+    rows, record = generated_rows(spec, "$.data.causal_model")
+    assert record["labels_agree"]["label_answer = label_count+day"] == 1.0
+    columns = ["base_answer", "label_answer", "label_count", "label_day", "label_count+day"]
+    for pair, share in record["labels_agree"].items():
+        a, b = pair.split(" = ")
+        assert a in columns and b in columns
+        assert share == round(sum(r[a] == r[b] for r in rows) / len(rows), 6) > 0
+    counted = {f"{a} = {b}" for i, a in enumerate(sorted(columns, key=columns.index)) for b in columns[i + 1:]
+               if any(r[a] == r[b] for r in rows)}
+    assert set(record["labels_agree"]) == {p for p in counted if p in record["labels_agree"]} and \
+        len(record["labels_agree"]) == len(counted)

@@ -94,6 +94,13 @@ def workspace(tmp: Path, source: Path) -> Path:
             lines = (source.parent / spec["path"]).read_text().splitlines()[:ROWS_KEPT]
             (tmp / f"rows{i}.jsonl").write_text("\n".join(lines) + "\n")
             spec["path"] = f"rows{i}.jsonl"
+    for write in document.get("writes", {}).values():  # a steering vector stays the shipped file, swept or not
+        vector = (write.get("intervention") or {}).get("vector")
+        if isinstance(vector, dict):
+            axis = document["sweep"][vector["sweep"]]
+            axis[:] = [str((source.parent / name).resolve()) for name in axis]
+        elif vector is not None:
+            write["intervention"]["vector"] = str((source.parent / vector).resolve())
     path = tmp / "doc.json"
     path.write_text(json.dumps(document))
     return path

@@ -310,7 +310,21 @@ def generated_rows(spec: Any, where: str, registry: Any = None) -> tuple[list[di
     rows = generate(cls(params), spec, where)
     provider = registry.provider("causal_model", spec.kind)
     return rows, {"causal_model": spec.kind, "provider": f"{provider.distribution} {provider.version}",
-                  "spec": spec.model_dump(), "rows": len(rows), "sha256": rows_digest(rows)}
+                  "spec": spec.model_dump(), "rows": len(rows), "sha256": rows_digest(rows),
+                  "labels_agree": labels_agree(rows)}
+
+
+def labels_agree(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """For each pair of answer columns (the base answer and each label) that agree on some rows, the share of
+    rows they agree on: 1.0 names hypotheses these rows cannot tell apart, which no finding may choose between."""
+    columns = ["base_answer", *sorted(c for c in (rows[0] if rows else {}) if c.startswith("label_"))]
+    shares = {}
+    for i, a in enumerate(columns):
+        for b in columns[i + 1:]:
+            same = sum(row[a] == row[b] for row in rows)
+            if same:
+                shares[f"{a} = {b}"] = round(same / len(rows), 6)
+    return shares
 
 
 def load_document(path: str | Path, data_root: str | Path | None = None, registry: Any = None) -> LoadedDocument:

@@ -142,6 +142,14 @@ class CausalModelSpec(BaseModel):
                                        "`labels` joined by `+`) and the base answer all differ: rows on which the "
                                        "hypotheses predict different answers.")
 
+    @model_serializer(mode="wrap")
+    def _default_cap(self, handler):
+        """The cap only where it was changed: a sampled document's plan keeps the bytes it had before populations."""
+        data = handler(self)
+        if isinstance(data, dict) and self.cap == type(self).model_fields["cap"].default:
+            data.pop("cap", None)
+        return data
+
 
 class DataSpec(Frozen):
     """Rows inline, a JSONL file (one JSON object per line), or generated from a causal model."""
