@@ -7,19 +7,21 @@ Each check is called as a plain method with the fixture values it takes; a failu
 from __future__ import annotations
 
 import dataclasses
+import types
 
 import pytest
 import torch
 from pydantic import BaseModel, ConfigDict
 
-from causalab_core import api
+from causalab_core import api, hookimpl
 from causalab_core.contracts import (
-    CausalModel, Featurizer, Metric, PositionResolver, Resolved, RowText, mean_over_eligible,
+    CausalModel, Featurizer, Intervention, Metric, PositionResolver, Recipe, Resolved, RowText, mean_over_eligible,
 )
 from causalab_testing.conformance import (
     CausalModelConformance,
     EngineConformance,
     FeaturizerConformance,
+    InterventionConformance,
     MetricConformance,
     PositionResolverConformance,
     independent_forward,
@@ -524,3 +526,277 @@ class TestSoundCausalModel(CausalModelConformance):
 ])
 def test_a_broken_causal_model_fails_its_check(model, check, match):
     fails(getattr(CausalModelConformance(), check), model(), match=match)
+
+
+# -- interventions -------------------------------------------------------------------
+
+
+class PullParams(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    alpha: float = 0.5
+
+
+class Pull(Intervention):
+    """A sound custom kind: part of the way from the site's value to the source's, ``x + alpha (v - x)``."""
+
+    name = "kit_pull"
+    Params = PullParams
+
+    def recipe(self, params):
+        return Recipe("source", "custom")
+
+    def apply(self, x, v, params):
+        return x + params.alpha * (v - x)
+
+
+class BatchCentred(Pull):
+    """Broken: adds the batch's mean site value, so every row in the batch (eligible or not) moves every other."""
+
+    name = "kit_batch_centred"
+
+    def apply(self, x, v, params):
+        return super().apply(x, v, params) + x.mean(0, keepdim=True)
+
+
+class OneLate(Pull):
+    """Broken: writes each position's value at the next position of the window (the first keeps its own)."""
+
+    name = "kit_one_late"
+
+    def apply(self, x, v, params):
+        out = super().apply(x, v, params)
+        return torch.cat([out[:, :1], out[:, :-1]], 1)
+
+
+class Jittery(Pull):
+    """Broken: a little noise from torch's global generator, so no two engines (or runs) write the same bytes."""
+
+    name = "kit_jittery"
+
+    def apply(self, x, v, params):
+        return super().apply(x, v, params) + 1e-3 * torch.randn(x.shape)
+
+
+class LastOnly(Pull):
+    """Broken: returns the last position only, ``[rows, width]``, not the window."""
+
+    name = "kit_last_only"
+
+    def apply(self, x, v, params):
+        return super().apply(x, v, params)[:, -1]
+
+
+class LoosePullParams(PullParams):
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+
+class LoosePull(Pull):
+    """Broken: its parameters take any key."""
+
+    name = "kit_loose_pull"
+    Params = LoosePullParams
+
+
+class IgnoringPullParams(BaseModel):  # pydantic's default: extra keys ignored
+    alpha: float = 0.5
+
+
+class IgnoringPull(Pull):
+    name = "kit_ignoring_pull"
+    Params = IgnoringPullParams
+
+
+class LuckyNoise(Intervention):
+    """Broken: its recipe draws the noise's seed from `random`'s global state."""
+
+    name = "kit_lucky_noise"
+
+    def recipe(self, params):
+        import random
+
+        return Recipe("noise", "add", alpha=1.0, seed=random.randrange(2**20))
+
+
+class Applyless(Intervention):
+    """Broken: a `custom` recipe and no `apply`."""
+
+    name = "kit_applyless"
+
+    def recipe(self, params):
+        return Recipe("source", "custom")
+
+
+class Overreaching(Intervention):
+    """Broken: a need no engine knows."""
+
+    name = "kit_overreaching"
+
+    def recipe(self, params):
+        return Recipe("everything", "replace")
+
+
+class TestSoundIntervention(InterventionConformance):
+    @pytest.fixture
+    def intervention(self):
+        return Pull()
+
+    @pytest.fixture
+    def params(self):
+        return [{}, {"alpha": 2.0}]
+
+
+PULLS = [{"alpha": 0.5}]
+
+
+@pytest.mark.parametrize("kind,check,match", [
+    (BatchCentred, "test_apply_is_row_by_row", "row 0's value computed alone differs from its value in the batch"),
+    (OneLate, "test_apply_is_position_by_position", "position 1 of a 3-position window gets another value"),
+    (Jittery, "test_apply_is_deterministic", "apply gave different values for the same inputs"),
+    (LastOnly, "test_apply_keeps_the_site_shape", r"returned \[5, 32\] torch.float32 for x of shape \[5, 3, 32\]"),
+    (LoosePull, "test_params_forbid_unknown_keys", "LoosePullParams accepted the unknown key"),
+    (IgnoringPull, "test_params_forbid_unknown_keys", "IgnoringPullParams accepted the unknown key"),
+    (LuckyNoise, "test_recipe_follows_its_params_alone", "two recipes for the same parameters"),
+    (Applyless, "test_recipe_is_a_contract_recipe", "combine `custom` needs an `apply` method"),
+    (Overreaching, "test_recipe_is_a_contract_recipe", "needs 'everything' is not one of"),
+])
+def test_a_broken_intervention_fails_its_check(kind, check, match):
+    params = PULLS if issubclass(kind, Pull) else [{}]
+    vector = () if check.startswith(("test_recipe", "test_params")) else (None,)
+    fails(getattr(InterventionConformance(), check), kind(), params, *vector, match=match)
+
+
+def test_a_broken_kind_passes_the_checks_it_is_not_broken_for():
+    """Each broken kind is caught by its own check, not by accident: the others pass it."""
+    suite = InterventionConformance()
+    suite.test_apply_is_row_by_row(OneLate(), PULLS, None)
+    suite.test_apply_is_deterministic(OneLate(), PULLS, None)
+    suite.test_apply_is_position_by_position(BatchCentred(), PULLS, None)
+    suite.test_apply_keeps_the_site_shape(Jittery(), PULLS, None)
+    suite.test_recipe_is_a_contract_recipe(LuckyNoise(), [{}])
+
+
+def test_a_kind_mixing_rows_moves_eligible_rows_when_the_others_are_dropped(tiny_llama, tmp_path):
+    """End to end: the batch's mean lets the rows that are not eligible change the eligible ones' values."""
+    suite = InterventionConformance()
+    fails(suite.test_rows_not_eligible_are_left_out_and_move_no_other_row, BatchCentred(), PULLS, None, tiny_llama,
+          tmp_path / "broken", match=r"eligible rows \[0, 1, 2, 3\] changed when the 2 rows that are not eligible")
+    suite.test_rows_not_eligible_are_left_out_and_move_no_other_row(Pull(), PULLS, None, tiny_llama, tmp_path / "sound")
+
+
+def _shifted_windows(plan):
+    """The plan with every write's window one position earlier (what an engine off by one would write)."""
+    def shifted(write):
+        return dataclasses.replace(write, windows=tuple(tuple(p - 1 for p in w) for w in write.windows))
+
+    points = tuple(dataclasses.replace(p, steps=tuple(
+        dataclasses.replace(s, writes=tuple(shifted(w) if w.name == "kit_write" else w for w in s.writes))
+        if s.kind == "run" else s for s in p.steps)) for p in plan.points)
+    return dataclasses.replace(plan, points=points)
+
+
+def test_a_write_at_the_wrong_position_fails_the_window_check(tiny_llama, tmp_path):
+    """Run on an engine that writes one position early, the site's value changes outside the window."""
+    from causalab_hooks.engine import HooksEngine
+
+    class OffByOne(HooksEngine):
+        name = "kit_off_by_one"
+
+        def execute(self, plan, **options):
+            return super().execute(_shifted_windows(plan), **options)
+
+    module = types.ModuleType("kit_off_by_one")
+    module.causalab_engines = hookimpl(lambda: [OffByOne])
+
+    class OnOffByOne(InterventionConformance):
+        engine, plugins = "kit_off_by_one", (module,)
+
+    fails(OnOffByOne().test_a_run_changes_the_site_only_at_the_written_window, Pull(), PULLS, None, tiny_llama,
+          tmp_path / "broken", match=r"row 0's value at position 8, outside the written window \[9, 10\], changed")
+    InterventionConformance().test_a_run_changes_the_site_only_at_the_written_window(Pull(), PULLS, None, tiny_llama,
+                                                                                     tmp_path / "sound")
+
+
+@pytest.fixture
+def intervention_plan(write_doc, tiny_gpt2):
+    """The engine suite's intervention plan on the GPT-2 (padded batches, absolute positions)."""
+    return EngineConformance.interventions_of(tiny_gpt2, write_doc)
+
+
+def test_an_engine_that_ignores_std_of_fails_against_the_independent_forward(intervention_plan):
+    """Noise in plain units, not in units of the `std_of` read's spread, is caught by the kit's own forward."""
+    from causalab_hooks.engine import HooksEngine
+
+    def without_std_of(plan):
+        def plain(write):
+            iv = write.intervention
+            return write if iv is None or iv.std_of is None else dataclasses.replace(
+                write, intervention=dataclasses.replace(iv, std_of=None))
+        points = tuple(dataclasses.replace(p, steps=tuple(dataclasses.replace(s, writes=tuple(map(plain, s.writes)))
+                                                          for s in p.steps)) for p in plan.points)
+        return dataclasses.replace(plan, points=points)
+
+    class Unscaled(HooksEngine):
+        name = "kit_unscaled"
+
+        def execute(self, plan, **options):
+            return super().execute(without_std_of(plan), **options)
+
+    assert [iv.std_of for iv in intervention_plan[0].interventions() if iv.std_of] == ["emb"]
+    suite = EngineConformance()
+    fails(suite.test_interventions_match_an_independent_forward, Unscaled(), intervention_plan, match="answer_logits")
+    suite.test_interventions_match_an_independent_forward(HooksEngine(), intervention_plan)
+
+
+def test_the_independent_forward_computes_each_kind_of_the_engine_plan(intervention_plan):
+    """Every write of the engine suite's plan changes the scores (none is a silent no-op in the kit), and the
+    writes use every need and combination core has, `custom` included; but for the swap of the noised run's
+    value at the noise's own site, which the read records before the noise is written: the base prompt's own
+    value, so dropping that write changes nothing."""
+    plan, classes = intervention_plan
+    refs = plan.interventions()
+    assert {iv.needs for iv in refs} == {"mean", "tensor", "noise", "nothing", "source"}
+    assert {iv.combine for iv in refs} == {"replace", "add", "scale", "custom"}
+    full = independent_forward(plan, featurizers=classes)
+    base = [s.path for s in plan.steps() if s.input == "base"][0]
+    for name in ("ablate", "mean", "diff", "steer", "restore", "custom", "unnoised"):
+        points = tuple(dataclasses.replace(p, steps=tuple(dataclasses.replace(
+            s, writes=tuple(w for w in s.writes if w.name != name)) for s in p.steps)) for p in plan.points)
+        without = independent_forward(dataclasses.replace(plan, points=points), featurizers=classes)
+        same = torch.allclose(full[base]["answer_logits"], without[base]["answer_logits"], rtol=0, atol=1e-4)
+        assert same == (name == "unnoised"), name
+
+
+def test_an_engine_that_reads_after_the_write_at_the_same_site_fails(intervention_plan):
+    """A read records the value arriving at its site: an engine recording it after that site's write (the
+    noised value, where the plan swaps the noised run's clean day back into the base run) is caught."""
+    from causalab_core.runtime import applier, as_heads, gather, put
+    from causalab_hooks import engine as hooks
+
+    def late_reads(reads, writes, batch, store, swaps, stop):
+        span = slice(batch.start, batch.stop)
+
+        def edit(hidden):
+            hidden = hidden.clone()
+            for write in writes:
+                put(as_heads(hidden, write.site), write, span, batch.offsets, store, swaps[write.name],
+                    swaps.get(applier(write)))
+            for read in reads:
+                store[read.name][span] = gather(as_heads(hidden, read.site), read.windows[span], batch.offsets)
+            if stop:
+                raise hooks._StopForward
+            return hidden
+        return edit
+
+    class LateReads(hooks.HooksEngine):
+        name = "kit_late_reads"
+
+        def execute(self, plan, **options):
+            real = hooks.editor
+            hooks.editor = late_reads
+            try:
+                return super().execute(plan, **options)
+            finally:
+                hooks.editor = real
+
+    fails(EngineConformance().test_interventions_match_an_independent_forward, LateReads(), intervention_plan,
+          match="base answer_logits")
