@@ -1,4 +1,5 @@
-"""Every intervention kind through the real NDIF test server, installed and shipped code, byte for byte as local.
+"""Every intervention kind through the real NDIF test server, installed and shipped code, byte for byte as local;
+and causal tracing by role (a second column's run, noise scaled by a read's spread, a read of a noised run).
 
 The kinds' math is core's (`runtime.interventions`), so a server runs them with nothing more installed than a
 swap needs; `test_ndif_shipped.py` holds the same on a server with no causalab at all.
@@ -43,7 +44,22 @@ def intervention_documents(folder: Path) -> dict[str, Path]:
             del doc["writes"]["patch"]["source"]
         found[name] = folder / f"{name}.json"
         found[name].write_text(json.dumps(doc))
+    found["tracing"] = folder / "tracing.json"
+    found["tracing"].write_text(json.dumps(tracing_document()))
     return found
+
+
+def tracing_document() -> dict:
+    """Causal tracing, noising: 3 sigma noise on the asked name's embeddings (sigma from a third run of the
+    prompt), the noised run's value read where the noise has reached and patched into the clean run, by role."""
+    text = (ROOT / "documents" / "README.md").read_text()
+    fragment = text.split("#### Patching direction")[1].split("```json")[1].split("```")[0]
+    doc = {"version": "2", "model": {"key": "causalab-toy/entity"},
+           "data": {"causal_model": {"kind": "entity", "intervene": ["line", "place"], "rows": 20,
+                                     "split": "test", "seed": 0}},
+           **json.loads("{" + fragment + "}"), "sweep": {"layer": [1, 3]}}
+    doc["direction"]["patch"] = "noising"
+    return doc
 
 
 def files(folder: Path) -> dict[str, bytes]:
@@ -69,3 +85,44 @@ def test_every_kind_through_the_server_writes_the_local_bytes(ndif_server, tmp_p
 
 def test_every_kind_on_a_server_without_causalab_writes_the_local_bytes(bare_server, tmp_path):
     assert_remote_is_local(bare_server, "nnterp", tmp_path)
+
+
+CUSTOM = """
+import json, sys
+from causalab_core import api
+from causalab_core.plugins import build_registry
+import causalab_example
+
+registry = build_registry(extra=(causalab_example,))
+document, out, engine = sys.argv[1:4]
+options = {"code": "shipped"} if engine == "ndif" else None
+api.run(document, out=out, engine=engine, registry=registry, options=options)
+"""
+
+
+def test_a_third_partys_custom_kind_travels_by_value_and_writes_the_local_bytes(ndif_server, tmp_path):
+    """The skeleton's `example_project_out` (its own `apply`), installed nowhere: its module goes to the server
+    with the request, and the server writes what the hooks engine writes here."""
+    from safetensors.torch import save_file
+    import torch
+
+    skeleton = ROOT / "plugins" / "skeleton" / "causalab-example" / "src"
+    doc = copy.deepcopy(json.loads(SWEEP.read_text()))
+    doc["sweep"] = {"layer": [1, 4], "pos": [-4, -1]}
+    doc["data"]["causal_model"]["rows"] = 20
+    save_file({"u": torch.randn(64, generator=torch.Generator().manual_seed(0))}, tmp_path / "u.safetensors")
+    doc["writes"]["patch"]["intervention"] = {"kind": "example_project_out", "vector": "u.safetensors"}
+    del doc["writes"]["patch"]["source"]
+    document = tmp_path / "custom.json"
+    document.write_text(json.dumps(doc))
+    script = tmp_path / "custom.py"
+    script.write_text(CUSTOM)
+    env = {"PYTHONPATH": str(skeleton)}
+    for engine in ("hooks", "ndif"):
+        done = ndif_server.run([sys.executable, str(script), str(document), str(tmp_path / engine), engine], env=env)
+        assert done.returncode == 0, done.stderr[-2000:]
+    here, there = files(tmp_path / "hooks"), files(tmp_path / "ndif")
+    assert sorted(here) == sorted(there) and len(here) > 4
+    assert [f for f in here if here[f] != there[f]] == []
+    run = json.loads((tmp_path / "ndif" / "run.json").read_text())
+    assert "causalab_example" in json.dumps(run)  # what travelled, and the kind's provider, are on record

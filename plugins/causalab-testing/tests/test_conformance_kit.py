@@ -422,6 +422,9 @@ class Sums(CausalModel):
     def sample(self, rng, variable):
         return rng.randrange(10)
 
+    def domain(self, variable):
+        return list(range(10))
+
     def compute(self, variable, parents):
         return parents["a"] + parents["b"] if variable == "total" else str(parents["total"] % 10)
 
@@ -496,6 +499,13 @@ class Shadowing(Sums):
     inputs = ("a", "b", "cf_a")
 
 
+class ShortDomain(Sums):
+    """Broken: its domain leaves out a value sampling draws, so a population would miss rows."""
+
+    def domain(self, variable):
+        return list(range(9))
+
+
 class LooseSumsParams(BaseModel):
     scale: int = 1
 
@@ -523,6 +533,7 @@ class TestSoundCausalModel(CausalModelConformance):
     (SplitOnAnswer, "test_split_puts_every_setting_in_train_or_test_from_its_inputs", "split read 'total'"),
     (Shadowing, "test_columns_leave_the_rows_own_alone", "variable 'cf_a' would write its value to 'cf_a'"),
     (LooseSums, "test_params_forbid_unknown_keys", "LooseSumsParams accepted the unknown key"),
+    (ShortDomain, "test_a_domain_lists_every_value_sampling_gives", "draws 'a' values its domain does not list"),
 ])
 def test_a_broken_causal_model_fails_its_check(model, check, match):
     fails(getattr(CausalModelConformance(), check), model(), match=match)

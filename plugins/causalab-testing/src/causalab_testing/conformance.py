@@ -472,6 +472,22 @@ class CausalModelConformance:
         except PluginError as exc:
             pytest.fail(str(exc), pytrace=False)
 
+    def test_a_domain_lists_every_value_sampling_gives(self, causal_model):
+        """Where a model lists an input's values (``domain``, for ``rows: "all"``), they are distinct, in one
+        fixed order, and hold every value ``sample`` draws: a population would otherwise miss rows."""
+        for variable in causal_model.inputs:
+            domain = causal_model.domain(variable)
+            if domain is None:
+                continue
+            values = list(domain)
+            assert values == list(causal_model.domain(variable)), f"{variable!r}: the domain's order changes"
+            assert len({json.dumps(v, sort_keys=True, default=repr) for v in values}) == len(values), (
+                f"causal model {causal_model.name!r}: the domain of {variable!r} repeats a value")
+            drawn = {json.dumps(s[variable], sort_keys=True, default=repr) for s in self._settings(causal_model)}
+            listed = {json.dumps(v, sort_keys=True, default=repr) for v in values}
+            assert drawn <= listed, (f"causal model {causal_model.name!r}: sample draws {variable!r} values its "
+                                     f"domain does not list: {sorted(drawn - listed)[:3]}")
+
     def test_sampling_follows_the_rng_it_is_handed_alone(self, causal_model):
         import random
 
