@@ -1,0 +1,322 @@
+"""The report page: a finished run (and another to compare it with) as one self-contained HTML file.
+
+Everything the page shows is read through ``causalab_core.load`` (only files the run's manifest lists, each
+checked against it) and laid out as one JSON payload that the page's own script draws: per metric the
+sweep as a heatmap (two axes) or a line (one), each point's rows with their prompts' tokens and the
+read/write windows, and the run's provenance. No file is fetched when the page opens: the script, the
+style and the data are inlined, and no URL is written into it but the ones a user's own data holds."""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from causalab_core.compiler.sweep import axis_label
+from causalab_core.errors import OutputError
+from causalab_core.output import add_file
+from causalab_core.table import LoadedRun, load
+
+from causalab_report.prompts import data_rows, mismatch, prompt_tokens
+
+PAGE = "report.html"
+"""The file ``causalab report`` adds to the run's folder."""
+TOKEN_CHARS = 16
+"""A position's token in an axis label is cut to about this many characters."""
+
+
+def _metric_file(point: str, metric: str) -> str:
+    return f"{point}/{metric}.json" if point else f"{metric}.json"
+
+
+def _content(run: LoadedRun, rel: str) -> dict[str, Any]:
+    return json.loads(run.files[rel])
+
+
+def _answer_columns(spec: dict[str, Any], rows: list[dict[str, Any]] | None) -> list[str]:
+    """The data columns a metric names (its answers and labels), in the order its spec names them."""
+    names: list[str] = []
+    for key, value in spec.items():
+        if key in ("kind", "input"):
+            continue
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, str) and v not in names and (rows is None or any(v in r for r in rows[:1])):
+                names.append(v)
+    return names
+
+
+def _token_label(record: dict[str, Any]) -> str | None:
+    """The text at a position as its record shows it: one row's, or ``varies: <first row's>, …``."""
+    texts = ["".join(map(str, row.get("tokens") or [])) for row in record.get("rows", [])
+             if isinstance(row, dict) and row.get("tokens")]
+    if not texts:
+        return None
+    shown = [text.strip() or repr(text) for text in texts]
+    shown = [text if len(text) <= TOKEN_CHARS else text[:TOKEN_CHARS - 1] + "…" for text in shown]
+    return shown[0] if len(set(texts)) == 1 else f"varies: {shown[0]}, …"
+
+
+def _position_axes(document: dict[str, Any]) -> dict[str, list[str]]:
+    """Each sweep axis a read's or write's position takes: the names of those reads and writes, writes first."""
+    found: dict[str, list[str]] = {}
+    for part in ("writes", "reads"):
+        for name, spec in (document.get(part) or {}).items():
+            position = spec.get("position") if isinstance(spec, dict) else None
+            if isinstance(position, dict) and set(position) == {"sweep"}:
+                found.setdefault(position["sweep"], []).append(name)
+    return found
+
+
+def _summary(content: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in (content.get("summary") or {}).items()}
+
+
+def run_payload(run: LoadedRun, data_file: Path | None = None) -> tuple[dict[str, Any], list[str]]:
+    """What the page draws of one run, and notes for the terminal (what it cannot show, and why)."""
+    document, notes = run.document, []
+    if not isinstance(document.get("metrics"), dict) or not document["metrics"]:
+        raise OutputError(f"{run.folder / 'document.json'}: not a document causalab wrote (no metrics)")
+    sweep = document.get("sweep") or {}
+    axes = list(sweep)
+    labels = {a: [axis_label(v) for v in values] for a, values in sweep.items()}
+    points = list(dict.fromkeys(s["point"] for s in run.records["summaries"]))  # the sweep's order
+    metric_names = list(document["metrics"])
+    rows, rows_note = data_rows(run, data_file)
+    metrics = [{"name": m, "kind": (document["metrics"][m] or {}).get("kind"),
+                "columns": _answer_columns(document["metrics"][m] or {}, rows)} for m in metric_names]
+    summary: dict[str, list] = {m: [] for m in metric_names}
+    values: dict[str, list] = {m: [] for m in metric_names}
+    reasons: dict[str, list] = {m: [] for m in metric_names}
+    records: list[dict[str, Any]] = []
+    record_index: dict[str, int] = {}
+    at_point, coords = [], []
+    ticks = {a: list(labels[a]) for a in axes}
+    named = _position_axes(document)
+    rows_count = 0
+    for point in points:
+        contents = [_content(run, _metric_file(point, m)) for m in metric_names]
+        for m, content in zip(metric_names, contents):
+            summary[m].append(_summary(content))
+            values[m].append(content["values"])
+            rows_count = max(rows_count, len(content["values"]))
+            reasons[m].append({str(i): r for i, r in enumerate(content.get("reasons") or []) if r is not None})
+        # A point's positions record and coordinates: its metric files share them, the first one says.
+        positions = contents[0].get("positions") or {}
+        point_records = []
+        for name, record in positions.items():
+            if not isinstance(record, dict):
+                continue
+            key = json.dumps([name, record], sort_keys=True)
+            if key not in record_index:
+                record_index[key] = len(records)
+                rs = [r if isinstance(r, dict) else {} for r in record.get("rows") or []]
+                records.append({"name": name, "role": record.get("role"), "input": record.get("input"),
+                                "windows": [r.get("window") or [] for r in rs],
+                                "tokens": [r.get("tokens") or [] for r in rs],
+                                "reasons": {str(i): r["reason"] for i, r in enumerate(rs) if r.get("reason")}})
+            point_records.append(record_index[key])
+        at_point.append(point_records)
+        chosen = contents[0].get("point") or {}
+        coords.append([labels[a].index(axis_label(chosen.get(a))) if axis_label(chosen.get(a)) in labels[a] else 0
+                       for a in axes])
+        for a, names in named.items():  # an axis value's label carries the token it lands on
+            if a not in labels or ticks[a][coords[-1][axes.index(a)]] != labels[a][coords[-1][axes.index(a)]]:
+                continue
+            i = coords[-1][axes.index(a)]
+            token = next((t for t in (_token_label(positions[n]) for n in names
+                                      if isinstance(positions.get(n), dict)) if t), None)
+            if token is not None:
+                ticks[a][i] = f"{labels[a][i]} ({token})"
+    prompts, prompts_note = prompt_tokens(run, rows)
+    if prompts is not None:
+        prompts_note = mismatch(prompts, records)
+        if prompts_note:
+            prompts = None
+    for note in (rows_note, prompts_note):
+        if note:
+            notes.append(note)
+    undefined = {m: sum(1 for s in summary[m] if not _finite(s.get("mean"))) for m in metric_names}
+    for m, count in undefined.items():
+        if count:
+            notes.append(f"{m}: {count} of {len(points)} points have no defined value (shown as n/a)")
+    payload = {
+        "title": document.get("name") or run.folder.name, "description": document.get("description") or "",
+        "folder": str(run.folder), "axes": axes, "labels": labels, "ticks": ticks, "metrics": metrics,
+        "points": [{"name": point, "at": c} for point, c in zip(points, coords)],
+        "summary": summary, "values": values, "reasons": reasons, "records": records, "at_point": at_point,
+        "rows": rows_count, "data": rows, "data_note": rows_note, "inputs": list(document.get("inputs") or []),
+        "prompts": prompts, "prompts_note": prompts_note,
+        "featurizers": [{k: v for k, v in f.items()} for f in run.records["featurizers"]],
+    }
+    return payload, notes
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _differs(x: Any, y: Any) -> bool:
+    return not (x == y and type(x) is type(y) or (_finite(x) and _finite(y) and x == y))
+
+
+def compare_payload(a: LoadedRun, b: LoadedRun, report: dict[str, Any], line: str) -> dict[str, Any]:
+    """What the page shows of run B beside run A: B's summaries at A's points, B's rows where its metric
+    file differs, the rows that differ and the IIA rows that flipped (``causalab_core.compare``'s)."""
+    points = list(dict.fromkeys(s["point"] for s in a.records["summaries"]))
+    theirs = set(dict.fromkeys(s["point"] for s in b.records["summaries"]))
+    summary_b: dict[str, list] = {}
+    values_b: dict[str, dict[str, list]] = {}
+    reasons_b: dict[str, dict[str, dict]] = {}
+    differs: dict[str, dict[str, list[int]]] = {}
+    for m in a.document["metrics"]:
+        summary_b[m] = []
+        for p, point in enumerate(points):
+            rel = _metric_file(point, m)
+            if point not in theirs or rel not in b.files:
+                summary_b[m].append(None)
+                continue
+            mine, other = _content(a, rel), _content(b, rel)
+            summary_b[m].append(_summary(other))
+            if a.files[rel] == b.files[rel]:
+                continue
+            rows = [i for i in range(max(len(mine["values"]), len(other["values"])))
+                    if i >= len(mine["values"]) or i >= len(other["values"])
+                    or _differs(mine["values"][i], other["values"][i])
+                    or mine["eligible"][i] != other["eligible"][i]]
+            values_b.setdefault(m, {})[str(p)] = other["values"]
+            reasons_b.setdefault(m, {})[str(p)] = {str(i): r for i, r in enumerate(other.get("reasons") or [])
+                                                    if r is not None}
+            differs.setdefault(m, {})[str(p)] = rows
+    index = {point: p for p, point in enumerate(points)}
+    flips = {m: {str(index[point]): rows for point, rows in entry["flips"].items() if point in index}
+             for m, entry in report["metrics"].items() if entry.get("flips")}
+    return {"title": b.document.get("name") or b.folder.name, "folder": str(b.folder), "line": line,
+            "identical": report["identical"], "same_experiment": report["same_experiment"],
+            "experiment": report["experiment"], "metrics": report["metrics"],
+            "only_in_a": report["only_in_a"], "only_in_b": report["only_in_b"],
+            "summary": summary_b, "values": values_b, "reasons": reasons_b, "differs": differs, "flips": flips}
+
+
+# ---------------------------------------------------------------- provenance (drawn here, as plain HTML)
+
+def warnings(run: dict[str, Any]) -> list[str]:
+    """What ``run.json`` warns of: a served dtype other than the document's, an allowed version skew, a
+    server that did not describe itself, hypotheses the rows cannot tell apart."""
+    found = []
+    if run.get("dtype_mismatch"):
+        found.append(f"served dtype differs from the document's: {_plain(run['dtype_mismatch'])}")
+    for name, pair in (run.get("skew") or {}).items():
+        pair = list(pair) if isinstance(pair, (list, tuple)) else [pair, "?"]
+        found.append(f"allowed version skew: {name} {pair[0]} here, {pair[1] if len(pair) > 1 else '?'} on the server")
+    server = run.get("server")
+    if isinstance(server, dict) and server.get("answered") is False:
+        found.append(f"the server did not describe itself: {server.get('error')}")
+    data = run.get("data") if isinstance(run.get("data"), dict) else {}
+    for pair, share in (data.get("labels_agree") or {}).items():
+        if share == 1 or share == 1.0:
+            found.append(f"the rows cannot tell {pair} apart (they agree on every row): no finding may choose "
+                         "between them")
+    return found
+
+
+def _plain(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def _short(digest: Any) -> str:
+    return f"{digest[:12]}…" if isinstance(digest, str) and len(digest) > 12 else str(digest)
+
+
+def provenance(run: LoadedRun) -> list[tuple[str, str, str]]:
+    """(label, value, full value for its tooltip) of what the run ran on, in the order a reader asks."""
+    r = run.run if isinstance(run.run, dict) else {}
+    model = run.document.get("model") or {}
+    items = [("engine", f"{r.get('engine')}{' (remote)' if r.get('remote') else ''}", "")]
+    if isinstance(r.get("server"), dict):
+        server = r["server"]
+        versions = server.get("versions") or {}
+        items.append(("server", f"{server.get('asked')} python {server.get('python', '?')}",
+                      ", ".join(f"{k} {v}" for k, v in versions.items())))
+    if r.get("served_dtype"):
+        items.append(("served dtype", str(r["served_dtype"]), ""))
+    if r.get("code"):
+        items.append(("code on server", _plain(r["code"].get("mode") if isinstance(r["code"], dict) else r["code"]),
+                      _plain(r["code"])))
+    items.append(("model", f"{model.get('key')}{'@' + str(model.get('revision'))[:12] if model.get('revision') else ''}"
+                           f" {model.get('dtype', '')}".strip(), _plain(model)))
+    if r.get("loaded_dtype"):
+        items.append(("loaded dtype", str(r["loaded_dtype"]), ""))
+    versions = r.get("versions") or {}
+    items.append(("versions", ", ".join(f"{k} {v}" for k, v in versions.items() if v), ""))
+    causalab = r.get("causalab") or {}
+    dists = causalab.get("distributions") or {}
+    items.append(("causalab digest", _short(causalab.get("digest")),
+                  "\n".join(f"{k} {v.get('version')} {v.get('digest')}" for k, v in dists.items()
+                            if isinstance(v, dict)) or str(causalab.get("digest"))))
+    data = r.get("data") if isinstance(r.get("data"), dict) else {}
+    if data:
+        source = data.get("causal_model") and f"causal model {data.get('causal_model')}" or "data file"
+        items.append(("data", f"{data.get('rows')} rows ({source}), sha256 {_short(data.get('sha256'))}",
+                      str(data.get("sha256"))))
+    reuse = r.get("position_reuse")
+    if isinstance(reuse, dict):
+        items.append(("position reuse", f"{'on' if reuse.get('used') else 'off'} ({reuse.get('why') or reuse.get('by')})", ""))
+    arithmetic = r.get("arithmetic") or {}
+    if arithmetic:
+        items.append(("arithmetic", ", ".join(f"{k} {v}" for k, v in arithmetic.items()), ""))
+    return items
+
+
+def _provenance_html(run: LoadedRun, side: str) -> str:
+    e = html.escape
+    rows = "".join(f'<tr><th>{e(label)}</th><td title="{e(full)}">{e(value)}</td></tr>'
+                   for label, value, full in provenance(run))
+    warned = "".join(f"<li>{e(w)}</li>" for w in warnings(run.run if isinstance(run.run, dict) else {}))
+    box = f'<ul class="warnings" data-side="{side}">{warned}</ul>' if warned else ""
+    return (f'<div class="prov" data-side="{side}"><h3>{e(side)}: {e(str(run.folder))}</h3>{box}'
+            f'<table class="kv">{rows}</table></div>')
+
+
+def _asset(name: str) -> str:
+    return resources.files("causalab_report").joinpath("assets", name).read_text(encoding="utf-8")
+
+
+def _embedded(payload: dict[str, Any]) -> str:
+    """The payload as JSON that no ``</script>`` (nor any other markup) in a user's text can end early."""
+    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+
+
+def render(payload: dict[str, Any], head: str) -> str:
+    """The page: provenance (plain HTML, readable without the script), the payload, the style and the script."""
+    e = html.escape
+    title = payload["title"] + (f" vs {payload['compare']['title']}" if payload.get("compare") else "")
+    return (
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{e(title)} · causalab report</title>"
+        f"<style>{_asset('report.css')}</style></head>\n<body>\n"
+        f"<header><h1>{e(title)}</h1><p class=\"description\">{e(payload['description'])}</p>"
+        f"<div class=\"provenance\">{head}</div></header>\n"
+        "<main id=\"app\"><noscript>The heatmaps and rows need JavaScript.</noscript></main>\n"
+        f"<div id=\"tip\" role=\"tooltip\" hidden></div>\n"
+        f"<script type=\"application/json\" id=\"report-data\">{_embedded(payload)}</script>\n"
+        f"<script>{_asset('report.js')}</script>\n</body></html>\n")
+
+
+def write_report(folder: Path, compare_with: Path | None = None, data_file: Path | None = None) -> tuple[Path, list[str]]:
+    """Write ``<folder>/report.html`` (listed in its manifest, added atomically) and return its path and
+    notes. With ``compare_with``: that run beside this one, and what differs (``causalab_core.compare``)."""
+    run = load(folder)
+    payload, notes = run_payload(run, data_file)
+    head = _provenance_html(run, "A" if compare_with is not None else "run")
+    if compare_with is not None:
+        from causalab_core.compare import compare, describe
+
+        other = load(compare_with)
+        report = compare(folder, compare_with)
+        payload["compare"] = compare_payload(run, other, report, describe(report, "A", "B"))
+        head += _provenance_html(other, "B")
+    return add_file(folder, PAGE, render(payload, head).encode("utf-8")), notes
