@@ -10,18 +10,27 @@ PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
 "${PIP[@]}" install torch==2.13.0
 editable=(-e ".[test]")
 for plugin in plugins/causalab-*/; do
-  [ "$plugin" = plugins/causalab-testing/ ] && editable+=(-e "${plugin}[ndif-server]") || editable+=(-e "$plugin")
+  case "$plugin" in
+    plugins/causalab-testing/) editable+=(-e "${plugin}[ndif-server]") ;;
+    plugins/causalab-report/) editable+=(-e "${plugin}[test]") ;;  # Selenium, for its browser tests
+    *) editable+=(-e "$plugin") ;;
+  esac
 done
 "${PIP[@]}" install -c constraints.txt "${editable[@]}"
 # The NDIF server the remote tests start: ndif declares Python >= 3.12 but runs
 # on 3.11, so it goes in without its metadata's checks (its needs are the
-# causalab-testing[ndif-server] extra above), and redis-server comes from Debian.
+# causalab-testing[ndif-server] extra above), and redis-server comes from Debian;
+# so do the headless browser and its driver that causalab-report's tests use.
 "${PIP[@]}" install --no-deps --ignore-requires-python -c constraints.txt ndif
-if ! command -v redis-server >/dev/null; then
+debian=()
+command -v redis-server >/dev/null || debian+=(redis-server)
+command -v chromium >/dev/null || debian+=(chromium)
+command -v chromedriver >/dev/null || debian+=(chromium-driver)
+if [ ${#debian[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${debian[@]}" >/dev/null
   else
-    echo "install redis-server (Debian: apt-get install redis-server) to run the NDIF tests" >&2
+    echo "install ${debian[*]} (Debian: apt-get install ${debian[*]}) to run the NDIF and report browser tests" >&2
   fi
 fi
 echo "causalab installed in .venv ($(.venv/bin/causalab --help >/dev/null && echo ok))"

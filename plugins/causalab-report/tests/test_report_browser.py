@@ -1,0 +1,196 @@
+"""The report page in a real browser (Debian's headless chromium through chromium-driver and Selenium),
+opened from disk with the network off: what a person would check, and that nothing is fetched or fails.
+
+One browser for the session; each test opens a page, looks, and checks the browser's logs: no console
+error, and no request but the page's own ``file://`` address. Screenshots are saved under pytest's tmp
+folder and listed at the end of the session."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from causalab_core import load
+
+from causalab_report.page import write_report
+
+CHROMIUM, DRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+INSTALL = "install Debian's chromium and chromium-driver (scripts/setup.sh does, as root)"
+
+
+@pytest.fixture(scope="session")
+def browser():
+    webdriver = pytest.importorskip("selenium.webdriver", reason="pip install causalab-report[test]")
+    from selenium.webdriver.chrome.service import Service
+
+    chromium, driver = shutil.which("chromium") or CHROMIUM, shutil.which("chromedriver") or DRIVER
+    assert Path(chromium).is_file() and Path(driver).is_file(), INSTALL
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--window-size=1400,1000", "--no-first-run", "--disable-extensions",
+                     "--disable-background-networking", "--disable-component-update",
+                     # the network off: every name fails to resolve and every proxied request fails
+                     "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=http://127.0.0.1:9"):
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    chrome = webdriver.Chrome(service=Service(driver), options=options)  # a given driver: no Selenium Manager
+    chrome.set_page_load_timeout(30)
+    yield chrome
+    chrome.quit()
+
+
+@pytest.fixture(scope="session")
+def pages(runs):
+    """The pages the tests open: the sweep's, the one-axis run's, and the sweep compared with its planted copy."""
+    return {"sweep": write_report(runs["sweep"])[0], "line": write_report(runs["line"])[0],
+            "compare": write_report(runs["compared"], compare_with=runs["planted"])[0]}
+
+
+def open_page(browser, path: Path):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get_log("browser"), browser.get_log("performance")  # what an earlier page left
+    browser.get(path.as_uri())
+    WebDriverWait(browser, 10).until(lambda b: b.execute_script("return document.body.dataset.ready") == "1")
+    return browser
+
+
+def quiet(browser, path: Path) -> None:
+    """No console message above info, no failed load, and no request but for the page itself."""
+    logged = [e for e in browser.get_log("browser") if e["level"] != "INFO" or e.get("source") == "network"]
+    assert logged == []
+    requested = []
+    for entry in browser.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        if message["method"] in ("Network.requestWillBeSent", "Network.loadingFailed"):
+            requested.append(message["params"].get("request", {}).get("url") or message["method"])
+    assert set(requested) <= {path.as_uri()}, requested
+
+
+def payload(browser) -> dict:
+    return browser.execute_script("return JSON.parse(document.getElementById('report-data').textContent)")
+
+
+def test_the_heatmap_has_a_cell_per_point_with_its_value(browser, pages, runs, shoot):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    open_page(browser, pages["sweep"])
+    run = load(runs["sweep"])
+    for metric in ("iia_count", "iia_day", "iia_answer"):
+        cells = browser.find_elements(By.CSS_SELECTOR, f'svg.heatmap[data-metric="{metric}"] rect.cell')
+        assert len(cells) == 24  # 8 layers x 3 positions
+        means = {(s["layer"], s["pos"]): s["mean"] for s in run.records["summaries"] if s["metric"] == metric}
+        shown = {}
+        for cell in cells:
+            point = payload_point(browser, int(cell.get_attribute("data-p")))
+            shown[point] = float(cell.get_attribute("data-value"))
+        assert shown == {(layer, str(pos)): mean for (layer, pos), mean in means.items()}
+    # what a person reads off the figure: the printed value in each cell, and the axis labels with tokens
+    texts = [t.text for t in browser.find_elements(By.CSS_SELECTOR, 'svg.heatmap[data-metric="iia_count"] text.v')]
+    assert len(texts) == 24 and texts.count("1.00") == 2
+    labels = [t.text for t in browser.find_elements(By.CSS_SELECTOR, 'svg.heatmap[data-metric="iia_count"] text')]
+    assert "-4 (varies: Thursday, …)" in labels and "layer" in labels
+    # hover: the value, its interval over rows and the eligible rows
+    p = [q["name"] for q in payload(browser)["points"]].index("layer=7,pos=-1")
+    cell = browser.find_element(By.CSS_SELECTOR, f'svg.heatmap[data-metric="iia_day"] rect.cell[data-p="{p}"]')
+    ActionChains(browser).move_to_element(cell).perform()
+    tip = browser.find_element(By.ID, "tip")
+    assert tip.is_displayed()
+    summary = json.loads((runs["sweep"] / "layer=7,pos=-1" / "iia_day.json").read_text())["summary"]
+    assert tip.text.splitlines()[:5] == [
+        "layer = 7", "pos = -1 (:)", f"iia_day: {summary['mean']:.4g}",
+        f"95% interval over rows: [{summary['mean_low']:.4g}, {summary['mean_high']:.4g}]", "eligible rows: 60 of 60"]
+    assert browser.find_element(By.CSS_SELECTOR, "header .provenance").is_displayed()
+    shoot(browser, "sweep-heatmaps")
+    quiet(browser, pages["sweep"])
+
+
+def payload_point(browser, p: int) -> tuple:
+    point = browser.execute_script(
+        "const D = JSON.parse(document.getElementById('report-data').textContent);"
+        "return D.points[arguments[0]].at.map((i, k) => D.labels[D.axes[k]][i]);", p)
+    return int(point[0]), point[1]
+
+
+def test_a_click_on_a_cell_shows_its_rows_with_the_windows_highlighted(browser, pages, runs, shoot):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    open_page(browser, pages["sweep"])
+    data = payload(browser)
+    p = [q["name"] for q in data["points"]].index("layer=1,pos=-4")
+    browser.find_element(By.CSS_SELECTOR, f'svg.heatmap[data-metric="iia_count"] rect.cell[data-p="{p}"]').click()
+    detail = browser.find_element(By.CSS_SELECTOR, '.detail[data-metric="iia_count"]')
+    assert detail.is_displayed() and detail.find_element(By.TAG_NAME, "h3").text.startswith("layer=1,pos=-4 — iia_count")
+    content = json.loads((runs["sweep"] / "layer=1,pos=-4" / "iia_count.json").read_text())
+    rows = [json.loads(line) for line in (runs["sweep"] / "data.jsonl").read_text().splitlines()]
+    shown = detail.find_elements(By.CSS_SELECTOR, "tr.row")
+    assert len(shown) == 60
+    for tr in shown[:12]:  # every row is drawn alike: a dozen, read as a person reads them
+        row = int(tr.get_attribute("data-row"))
+        assert float(tr.find_element(By.CSS_SELECTOR, "td.value").get_attribute("data-value")) == content["values"][row]
+        for name, record in content["positions"].items():
+            prompt = tr.find_element(By.CSS_SELECTOR, f'.prompt[data-input="{record["input"]}"]')
+            marked = prompt.find_elements(By.CSS_SELECTOR, f".tok.win.{record['role']}")
+            assert [int(t.get_attribute("data-pos")) for t in marked] == record["rows"][row]["window"]
+            assert [t.text for t in marked] == record["rows"][row]["tokens"]
+        base = tr.find_element(By.CSS_SELECTOR, '.prompt[data-input="base"]').find_element(By.CSS_SELECTOR, ".tok.win")
+        assert base.text == rows[row]["day"]  # position -4 of the base prompt is its start day
+        assert f'label_count "{rows[row]["label_count"]}"' in tr.text.replace("\n", " ")
+    # filter: the rows whose value is 0, then sorted by value (largest first)
+    Select(detail.find_element(By.CSS_SELECTOR, "select.filter")).select_by_value("zero")
+    detail = browser.find_element(By.CSS_SELECTOR, '.detail[data-metric="iia_count"]')
+    zeros = [i for i, v in enumerate(content["values"]) if v == 0]
+    assert [int(tr.get_attribute("data-row")) for tr in detail.find_elements(By.CSS_SELECTOR, "tr.row")] == zeros
+    assert detail.find_element(By.CSS_SELECTOR, ".count").text == f"{len(zeros)} of 60 rows"
+    Select(detail.find_element(By.CSS_SELECTOR, "select.filter")).select_by_value("all")
+    browser.find_element(By.CSS_SELECTOR, '.detail[data-metric="iia_count"] th[data-sort="value"]').click()
+    browser.find_element(By.CSS_SELECTOR, '.detail[data-metric="iia_count"] th[data-sort="value"]').click()
+    first = browser.find_element(By.CSS_SELECTOR, '.detail[data-metric="iia_count"] tr.row')
+    assert float(first.find_element(By.CSS_SELECTOR, "td.value").get_attribute("data-value")) == max(content["values"])
+    browser.execute_script("arguments[0].scrollIntoView()", browser.find_element(By.CSS_SELECTOR, '.detail[data-metric="iia_count"]'))
+    shoot(browser, "sweep-rows-of-a-point")
+    quiet(browser, pages["sweep"])
+
+
+def test_a_one_axis_sweep_is_a_line_with_its_interval(browser, pages, runs, shoot):
+    from selenium.webdriver.common.by import By
+
+    open_page(browser, pages["line"])
+    points = browser.find_elements(By.CSS_SELECTOR, 'svg.line[data-metric="iia_day"] circle.pt')
+    assert len(points) == 8 and browser.find_elements(By.CSS_SELECTOR, 'svg.line[data-metric="iia_day"] polygon.band')
+    run = load(runs["line"])
+    means = [s["mean"] for s in run.records["summaries"] if s["metric"] == "iia_day"]
+    assert [float(c.get_attribute("data-value")) for c in points] == means
+    points[1].click()
+    rows = browser.find_elements(By.CSS_SELECTOR, '.detail[data-metric="iia_day"] tr.row')
+    assert len(rows) == 60 and all(r.find_elements(By.CSS_SELECTOR, ".tok.win.write") for r in rows[:5])
+    shoot(browser, "line")
+    quiet(browser, pages["line"])
+
+
+def test_the_compare_view_lists_the_planted_difference(browser, pages, runs, shoot):
+    from selenium.webdriver.common.by import By
+
+    open_page(browser, pages["compare"])
+    point, metric = runs["at"]
+    listed = browser.find_elements(By.CSS_SELECTOR, "#differences tr.diff")
+    assert [(tr.get_attribute("data-metric"), tr.find_elements(By.TAG_NAME, "td")[1].text) for tr in listed] == [(metric, point)]
+    cells = [td.text for td in listed[0].find_elements(By.TAG_NAME, "td")]
+    assert cells[5:8] == ["1", str(runs["row"]), str(runs["row"])]  # rows that differ, which, IIA rows flipped
+    assert "1 IIA rows flipped" in browser.find_element(By.CSS_SELECTOR, "#differences pre.line").text
+    assert len(browser.find_elements(By.CSS_SELECTOR, f'svg.heatmap[data-metric="{metric}"]')) == 3  # A, B, B - A
+    shoot(browser, "compare-top")
+    listed[0].click()
+    detail = browser.find_element(By.CSS_SELECTOR, f'.detail[data-metric="{metric}"]')
+    (tr,) = detail.find_elements(By.CSS_SELECTOR, "tr.row")  # filtered to the rows that differ
+    assert int(tr.get_attribute("data-row")) == runs["row"] and "differs" in tr.get_attribute("class")
+    assert tr.find_element(By.CSS_SELECTOR, "td.value").text == "0" and tr.find_element(By.CSS_SELECTOR, "td.value-b").text == "1"
+    browser.execute_script("arguments[0].scrollIntoView()", detail)
+    shoot(browser, "compare-rows")
+    quiet(browser, pages["compare"])
