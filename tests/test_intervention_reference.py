@@ -95,8 +95,8 @@ def reference(model_dir, plan, component: str, kind: str, vector: torch.Tensor |
             elif kind == "resample":
                 assert drawn.rows[i] != i
                 x[:] = cf[drawn.rows[i]]
-            elif kind == "noise":  # the documented draw: a CPU generator seeded by seed * 2**32 + row
-                generator = torch.Generator().manual_seed(SEED * 2**32 + i)
+            elif kind == "noise":  # the documented draw: a CPU generator seeded (seed * 0x9E3779B1 + row) mod 2**32
+                generator = torch.Generator().manual_seed((SEED * 0x9E3779B1 + i) % 2**32)
                 x += SCALE * torch.randn((1, x.shape[-1]), generator=generator)[0]
             elif kind == "add_vector":
                 x += ALPHA * vector

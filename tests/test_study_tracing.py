@@ -439,7 +439,7 @@ class Reference:
         self.sigma = {s: 3 * torch.stack([embeddings[self.ids[i, p]] for i, p in enumerate(where)]).double().std().item()
                       for s, where in self.subject.items()}
 
-    def noise_edit(self, subject: str, draw=lambda row: 0 * 2**32 + row):
+    def noise_edit(self, subject: str, draw=lambda row: (0 * 0x9E3779B1 + row) % 2**32):
         width = self.model.config.hidden_size
         noise = torch.stack([torch.randn((1, width), generator=torch.Generator().manual_seed(draw(r)))[0]
                              for r in range(len(self.rows))])

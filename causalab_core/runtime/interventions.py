@@ -16,8 +16,11 @@ import torch
 from causalab_core.errors import EngineError
 from causalab_core.runtime.windows import scatter, window_index
 
-# Seeds noise per row: the document's seed and the row's index, never torch's global state.
-ROW_STRIDE = 2**32
+# Seeds noise per row from the document's seed and the row's index, never torch's global state: row r of seed s
+# draws from a CPU generator seeded (s * SEED_MIX + r) mod 2**32. torch's CPU generator keeps a seed's low 32
+# bits only, so the seed is mixed in below them (an odd multiplier: seeds far apart in its bits); seed 0 is the
+# row's index.
+SEED_MIX = 0x9E3779B1
 
 
 def put(target: torch.Tensor, write, span: slice, offsets, store, featurizer, custom=None) -> None:
@@ -115,7 +118,7 @@ def noise(seed: int, rows: list[int], shape) -> torch.Tensor:
     and the row's index: the same numbers on every engine and device, whatever the batching."""
     drawn = []
     for row in rows:
-        generator = torch.Generator().manual_seed(seed * ROW_STRIDE + row)
+        generator = torch.Generator().manual_seed((seed * SEED_MIX + row) % 2**32)
         drawn.append(torch.randn(tuple(shape), generator=generator, dtype=torch.float32))
     return torch.stack(drawn)
 

@@ -98,8 +98,9 @@ def test_through_a_featurizer_only_its_features_change(kind, write_doc, tiny_lla
     def edit(vector, row):
         if kind == "zero":
             vector[features] = 0
-        else:  # noise of the features' shape, [1 position, 3 features], from seed * 2**32 + row
-            vector[features] += 2.0 * torch.randn((1, 3), generator=torch.Generator().manual_seed(3 * 2**32 + row))[0]
+        else:  # noise of the features' shape, [1 position, 3 features], from (seed * 0x9E3779B1 + row) mod 2**32
+            vector[features] += 2.0 * torch.randn(
+                (1, 3), generator=torch.Generator().manual_seed((3 * 0x9E3779B1 + row) % 2**32))[0]
 
     expected = last_token_outputs(tiny_llama, plan.prompts["base"], 1, edit)
     token_ids = torch.tensor(plan.points[0].steps[-1].scoring.token_ids)
@@ -199,3 +200,14 @@ def test_run_json_names_the_distribution_behind_each_kind_used(write_doc, tiny_l
     provider = registry().provider("intervention", "zero")
     assert components["intervention"] == {"zero": f"{provider.distribution} {provider.version}"}
     assert provider.distribution == "causalab-interventions"
+
+
+def test_each_noise_seed_draws_its_own_noise_and_seed_zero_draws_from_the_row():
+    """torch keeps a generator seed's low 32 bits: the seed is mixed in below them, so seeds 0, 1 and 2**31 - 1
+    draw three different noises for one row, and seed 0 draws what a generator seeded by the row's index does."""
+    from causalab_core.runtime.interventions import noise
+
+    draws = [noise(seed, [5, 6], (2, 4)) for seed in (0, 1, 2**31 - 1)]
+    assert all(not torch.equal(a, b) for i, a in enumerate(draws) for b in draws[i + 1:])
+    assert torch.equal(draws[0][1], torch.randn((2, 4), generator=torch.Generator().manual_seed(6)))
+    assert torch.equal(noise(1, [6], (2, 4))[0], draws[1][1])  # a row's draw does not depend on its batch

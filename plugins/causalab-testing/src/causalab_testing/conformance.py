@@ -603,8 +603,8 @@ def ragged_rows(n: int = 10):
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
-NOISE_ROW_STRIDE = 2**32
-"""A noise write's generator for row ``r`` is seeded ``seed * 2**32 + r`` (``contracts.NEEDS``, documents/README.md)."""
+NOISE_SEED_MIX = 0x9E3779B1
+"""A noise write's generator for row ``r`` is seeded ``(seed * 0x9E3779B1 + r) mod 2**32`` (documents/README.md)."""
 
 
 def independent_forward(plan, featurizers=None, registry=None) -> dict[str, dict[str, torch.Tensor]]:
@@ -614,7 +614,7 @@ def independent_forward(plan, featurizers=None, registry=None) -> dict[str, dict
     Writes compute their value here too, from the documented meaning of each need and combination
     (``contracts.NEEDS``, ``contracts.COMBINES``), not from ``causalab_core.runtime``: the source read on the
     row or on the resampled row ``rows[i]``; the mean over every position of the rows a read resolved on (less
-    ``minus``'s); the vector file's one tensor; noise from ``torch.Generator().manual_seed(seed * 2**32 + row)``,
+    ``minus``'s); the vector file's one tensor; noise from ``torch.Generator().manual_seed((seed * 0x9E3779B1 + row) % 2**32)``,
     scaled by ``alpha`` times the float64 standard deviation of the ``std_of`` read's values; nothing; then
     replace, add, scale, interpolate, or the kind's own ``apply`` (``custom``); through a featurizer, in feature
     space with the site's error term kept. A read records the value arriving at its site in its own run, writes
@@ -764,7 +764,7 @@ class _IndependentWrite:
             v = v.float().unsqueeze(0)
             v = featurizer.featurize(v)[0] if featurizer is not None else v
         if iv.needs == "noise":
-            generator = torch.Generator().manual_seed((iv.seed or 0) * NOISE_ROW_STRIDE + row)
+            generator = torch.Generator().manual_seed(((iv.seed or 0) * NOISE_SEED_MIX + row) % 2**32)
             v = torch.randn(tuple(x.shape[1:]), generator=generator, dtype=torch.float32).unsqueeze(0)
         if iv.combine == "custom":
             written = self.custom.apply(x, v, self.params).float()
