@@ -237,3 +237,25 @@ def test_the_readmes_causal_tracing_example_runs_both_ways(tmp_path):
         api.run(path, out=tmp_path / patch)
         means[patch] = json.loads((tmp_path / patch / "layer=3" / "p.json").read_text())["summary"]["mean"]
     assert means["denoising"] > 0.9 and means["noising"] < 0.2, means
+
+
+def test_a_site_can_be_swept_like_a_layer(write_doc, tiny_llama, tmp_path):
+    """`"site": {"sweep": "site"}`: one document ablates attention and MLP outputs in turn, and each point is the
+    run its own document with that site gives."""
+    doc = base_doc(tiny_llama)
+    doc["writes"] = {"zero": {"input": "base", "layer": 1, "site": {"sweep": "site"}, "position": -1,
+                              "intervention": {"kind": "zero"}}}
+    doc["metrics"] = {"p": {"kind": "p_answer", "answer": "base_answer"}}
+    doc["sweep"] = {"site": ["attn_output", "mlp_output"]}
+    api.run(write_doc(doc, ROWS), out=tmp_path / "swept")
+    for site in ("attn_output", "mlp_output"):
+        one = json.loads(json.dumps(doc))
+        one["writes"]["zero"]["site"] = site
+        one["sweep"] = {}
+        api.run(write_doc(one, name=f"{site}.json"), out=tmp_path / site)
+        assert values(tmp_path / "swept" / f"site={site}", "p") == values(tmp_path / site, "p")
+    doc["sweep"]["site"] = ["attn_output", "residual"]
+    message = refused(write_doc, doc)
+    assert "$.sweep.site[1] (used by $.writes.zero.site): expected a site (block_input" in message
+    doc["sweep"]["site"] = ["attn_output", "head"]
+    assert "$.writes.zero.head: `head` is required with site 'head'" in refused(write_doc, doc)

@@ -20,7 +20,7 @@ def _sweep_refs(document: Document) -> list[tuple[str, str]]:
     refs = []
     for group, specs in (("reads", document.reads), ("writes", document.writes)):
         for name, spec in specs.items():
-            for field in ("layer", "position", "head"):
+            for field in ("layer", "position", "head", "site"):
                 value = getattr(spec, field)
                 if isinstance(value, SweepRef):
                     refs.append((f"$.{group}.{name}.{field}", value.sweep))
@@ -67,7 +67,8 @@ def check_references(document: Document) -> None:
             raise DocumentError(f"{where}.featurizer: no featurizer named {echo(write.featurizer)} under $.featurizers")
     for group, specs in (("reads", document.reads), ("writes", document.writes)):
         for name, spec in specs.items():
-            if (spec.site == "head") != (spec.head is not None):
+            sites = document.sweep.get(spec.site.sweep, []) if isinstance(spec.site, SweepRef) else [spec.site]
+            if any((site == "head") != (spec.head is not None) for site in sites):
                 raise DocumentError(f"$.{group}.{name}.head: `head` is required with site 'head' and only allowed there")
     for name, metric in document.metrics.items():
         if name in RESERVED_FILES:

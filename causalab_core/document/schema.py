@@ -98,6 +98,7 @@ SWEEPABLE = {
                  _is_position),
     "seed": ("a seed (an integer)", lambda v: isinstance(v, int) and not isinstance(v, bool)),
     "labels": ("\"as_given\" or \"shuffled\"", lambda v: v in ("as_given", "shuffled")),
+    "site": (f"a site ({', '.join(SITES)})", lambda v: v in SITES),
 }
 """What a swept value of each field must be: checked like a literal one (document.check)."""
 
@@ -106,6 +107,7 @@ Head = _sweepable(*SWEEPABLE["head"], {"type": "integer", "minimum": 0})
 Position = _sweepable(*SWEEPABLE["position"], {"anyOf": [{"type": "integer"}, {"type": "object"}]})
 Seed = _sweepable(*SWEEPABLE["seed"], {"type": "integer"})
 Labels = _sweepable(*SWEEPABLE["labels"], {"enum": ["as_given", "shuffled"]})
+SiteName = _sweepable(*SWEEPABLE["site"], {"enum": list(SITES)})
 
 
 class ModelSpec(OptionalKeys):
@@ -175,7 +177,7 @@ class ReadSpec(OptionalKeys):
     input: Name = Field(description="Which input's run the activation comes from (`donor` or `recipient` under "
                                     "`direction`); where writes change that input, its intervened run.")
     layer: Layer
-    site: Literal[SITES] = "block_output"
+    site: SiteName = "block_output"
     position: Position
     head: Head | None = Field(None, description="Attention head, for site `head` only.")
     where: dict[Name, str] | None = Field(
@@ -200,7 +202,7 @@ class WriteSpec(OptionalKeys):
     source: Name | None = Field(None, description="The read whose value is written (the intervention's source; "
                                                   "a swap, resample, mean or difference of means needs one).")
     layer: Layer
-    site: Literal[SITES] = "block_output"
+    site: SiteName = "block_output"
     position: Position
     head: Head | None = None
     featurizer: Name | None = Field(None, description="A featurizer declared under `featurizers`; none swaps the whole vector.")
@@ -280,7 +282,7 @@ def with_roles(data: Any) -> Any:
             continue
         out[group] = {}
         for name, spec in specs.items():
-            if isinstance(spec, dict) and spec.get("input") in roles:
+            if isinstance(spec, dict) and isinstance(spec.get("input"), str) and spec["input"] in roles:
                 spec = {**spec, "input": roles[spec["input"]]}
             elif isinstance(spec, dict) and group == "metrics" and "input" not in spec:
                 spec = {**spec, "input": roles["recipient"]}
