@@ -1,4 +1,4 @@
-"""The `causalab` command line: run, validate, plan, plot, plugins, schema, env."""
+"""The `causalab` command line: run, validate, plan, table, compare, plugins, schema, env (plugins add theirs)."""
 
 from __future__ import annotations
 
@@ -191,25 +191,6 @@ def plugins(verbose: Verbose = False) -> None:
         for (kind, name), dists in sorted(reg.clashes.items()):
             err.print(f"warning: {kind} name {name!r} is provided by {' and by '.join(dists)}: a document naming "
                       "it is refused; uninstall one of them", markup=False)
-
-
-@app.command()
-def plot(
-    folder: Annotated[Path, typer.Argument(help="A run's output folder (with a sweep).", show_default=False)],
-    metric: Annotated[Optional[list[str]], typer.Option(help="Metric to plot (repeatable; default: every metric).")] = None,
-    verbose: Verbose = False,
-) -> None:
-    """Draw each metric's summary over the sweep (heatmap for two axes) as FOLDER/<metric>.png."""
-    with reported(verbose):
-        from causalab_core.plot import _document, plot_metric
-        from causalab_core.table import load
-
-        run = load(folder)  # read once, every file checked against the manifest
-        document, notes = _document(run), []
-        for name in metric or list(document["metrics"]):
-            print(plot_metric(folder, name, document, notes, run))
-        for note in notes:
-            err.print(f"causalab: {note}", markup=False)
 
 
 @app.command()

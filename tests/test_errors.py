@@ -19,7 +19,9 @@ def base_doc(tiny_llama):
 
 
 def run_cli(*args):
-    return CliRunner().invoke(app, [str(a) for a in args])
+    from causalab_report.commands import commands  # `causalab plot` is causalab-report's
+
+    return CliRunner().invoke(commands() if args[0] == "plot" else app, [str(a) for a in args])
 
 
 def nested(depth):

@@ -77,5 +77,7 @@ def test_a_run_shows_its_intervals_in_files_table_compare_and_plot(write_doc, ti
     said = CliRunner().invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "b")])
     assert "the mean differs at" in said.output and "95% interval" in said.output, said.output
 
-    plotted = CliRunner().invoke(app, ["plot", str(tmp_path / "a")])
+    from causalab_report.commands import commands  # `causalab plot` is causalab-report's
+
+    plotted = CliRunner().invoke(commands(), ["plot", str(tmp_path / "a")])
     assert plotted.exit_code == 0, plotted.output

@@ -16,10 +16,11 @@ from typer.testing import CliRunner
 
 import causalab_core
 from causalab_core import api, output
-from causalab_core.cli import app
 from causalab_core.errors import OutputError
 from causalab_core.resume import store_path
 from causalab_testing.data import sweep_document, weekday_rows
+
+from causalab_report.commands import commands  # `causalab plot` is causalab-report's
 
 CAUSALAB = str(Path(sys.executable).parent / "causalab")
 FULL = "No space left on device"
@@ -86,7 +87,7 @@ def tree(folder: Path) -> dict[str, bytes]:
 
 
 def plot(out: Path):
-    return CliRunner().invoke(app, ["plot", str(out), "--metric", "iia"])
+    return CliRunner().invoke(commands(), ["plot", str(out), "--metric", "iia"])
 
 
 def cli(*args):

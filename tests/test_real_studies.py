@@ -169,10 +169,10 @@ def test_the_entity_claims(entity_sweep):
 def test_the_plot_lands_in_the_output_folder(entity_sweep):
     from typer.testing import CliRunner
 
-    from causalab_core.cli import app
+    from causalab_report.commands import commands  # `causalab plot` is causalab-report's
 
     out, _ = entity_sweep
-    result = CliRunner().invoke(app, ["plot", str(out), "--metric", "iia_answer"])
+    result = CliRunner().invoke(commands(), ["plot", str(out), "--metric", "iia_answer"])
     assert result.exit_code == 0, result.output
     png = (out / "iia_answer.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000

@@ -17,7 +17,7 @@ from causalab_core import api
 from causalab_core.cli import app
 from causalab_core.compare import compare, describe
 from causalab_core.errors import OutputError
-from causalab_core.plot import token_labels
+from causalab_report.plot import token_labels
 from causalab_testing.data import sweep_document, weekday_rows
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,7 +42,9 @@ def base(tmp_path_factory, tiny_llama):
 
 
 def invoke(*args):
-    result = CliRunner().invoke(app, [str(a) for a in args])
+    from causalab_report.commands import commands  # `causalab plot` is causalab-report's
+
+    result = CliRunner().invoke(commands() if args[0] == "plot" else app, [str(a) for a in args])
     return result.exit_code, result.stdout, result.stderr
 
 

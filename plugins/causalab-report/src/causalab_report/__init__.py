@@ -1,4 +1,4 @@
-"""causalab plugin: presentation commands, ``causalab report`` (a run as one self-contained HTML page)."""
+"""causalab plugin: presentation, ``causalab report`` (a run as one self-contained HTML page) and ``causalab plot``."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from causalab_core import hookimpl
 
 @hookimpl
 def causalab_commands(app: Any) -> None:
-    from causalab_report.commands import report
+    from causalab_report.commands import COMMANDS
 
-    app.command("report")(report)
+    for name, command in COMMANDS.items():
+        app.command(name)(command)

@@ -1,4 +1,4 @@
-"""``causalab report``: the command this plugin adds to the causalab command line."""
+"""``causalab report`` and ``causalab plot``: the commands this plugin adds to the causalab command line."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
+Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Show the full traceback of an error.")]
+
 
 def report(
     folder: Annotated[Path, typer.Argument(help="A run's output folder.", show_default=False)],
@@ -14,7 +16,7 @@ def report(
         "--compare", help="Another run's output folder: the two side by side, and what differs.")] = None,
     data: Annotated[Optional[Path], typer.Option(
         "--data", help="The data file (JSONL) of a run whose rows came from a path (checked against run.json).")] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show the full traceback of an error.")] = False,
+    verbose: Verbose = False,
 ) -> None:
     """Write FOLDER/report.html: one self-contained page (no network) with each metric over the sweep,
     each point's rows with their prompts' tokens and windows, and the run's provenance."""
@@ -27,3 +29,35 @@ def report(
     print(path)
     for note in notes:
         err.print(f"causalab: {note}", markup=False)
+
+
+def plot(
+    folder: Annotated[Path, typer.Argument(help="A run's output folder (with a sweep).", show_default=False)],
+    metric: Annotated[Optional[list[str]], typer.Option(help="Metric to plot (repeatable; default: every metric).")] = None,
+    verbose: Verbose = False,
+) -> None:
+    """Draw each metric's summary over the sweep (heatmap for two axes) as FOLDER/<metric>.png."""
+    from causalab_core.cli import err, reported
+    from causalab_core.table import load
+
+    with reported(verbose):
+        from causalab_report.plot import _document, plot_metric
+
+        run = load(folder)  # read once, every file checked against the manifest
+        document, notes = _document(run), []
+        for name in metric or list(document["metrics"]):
+            print(plot_metric(folder, name, document, notes, run))
+        for note in notes:
+            err.print(f"causalab: {note}", markup=False)
+
+
+COMMANDS = {"report": report, "plot": plot}
+"""What the ``causalab_commands`` hook adds, by name."""
+
+
+def commands() -> typer.Typer:
+    """This plugin's commands as a Typer app of their own (for a test's ``CliRunner``, or another program)."""
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    for name, command in COMMANDS.items():
+        app.command(name)(command)
+    return app

@@ -20,12 +20,11 @@ from causalab_core.errors import OutputError
 from causalab_core.output import add_file
 from causalab_core.table import LoadedRun, load
 
+from causalab_report.plot import _position_axes, _token as _token_label
 from causalab_report.prompts import data_rows, mismatch, prompt_tokens
 
 PAGE = "report.html"
 """The file ``causalab report`` adds to the run's folder."""
-TOKEN_CHARS = 16
-"""A position's token in an axis label is cut to about this many characters."""
 
 
 def _metric_file(point: str, metric: str) -> str:
@@ -46,28 +45,6 @@ def _answer_columns(spec: dict[str, Any], rows: list[dict[str, Any]] | None) -> 
             if isinstance(v, str) and v not in names and (rows is None or any(v in r for r in rows[:1])):
                 names.append(v)
     return names
-
-
-def _token_label(record: dict[str, Any]) -> str | None:
-    """The text at a position as its record shows it: one row's, or ``varies: <first row's>, …``."""
-    texts = ["".join(map(str, row.get("tokens") or [])) for row in record.get("rows", [])
-             if isinstance(row, dict) and row.get("tokens")]
-    if not texts:
-        return None
-    shown = [text.strip() or repr(text) for text in texts]
-    shown = [text if len(text) <= TOKEN_CHARS else text[:TOKEN_CHARS - 1] + "…" for text in shown]
-    return shown[0] if len(set(texts)) == 1 else f"varies: {shown[0]}, …"
-
-
-def _position_axes(document: dict[str, Any]) -> dict[str, list[str]]:
-    """Each sweep axis a read's or write's position takes: the names of those reads and writes, writes first."""
-    found: dict[str, list[str]] = {}
-    for part in ("writes", "reads"):
-        for name, spec in (document.get(part) or {}).items():
-            position = spec.get("position") if isinstance(spec, dict) else None
-            if isinstance(position, dict) and set(position) == {"sweep"}:
-                found.setdefault(position["sweep"], []).append(name)
-    return found
 
 
 def _summary(content: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Plots of a finished sweep: one PNG per metric, the summary mean at each point.
+"""``causalab plot``: one PNG per metric of a finished sweep, the summary mean at each point.
 
 What is drawn is read through ``causalab_core.load``: only files the run's manifest lists, each checked
 against it, so a metric file changed since the run is refused, never drawn."""

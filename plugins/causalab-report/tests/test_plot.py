@@ -7,9 +7,10 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from causalab_core.cli import app
 from causalab_core import api, output
 from causalab_testing.data import sweep_document, weekday_rows
+
+from causalab_report.commands import commands
 
 
 @pytest.mark.parametrize("axes", [1, 2], ids=["line", "heatmap"])
@@ -22,7 +23,7 @@ def test_a_name_with_dollar_signs_is_drawn_literally(tiny_llama, write_doc, tmp_
             spec["position"] = -1
     out = tmp_path / "o"
     api.run(write_doc(document, weekday_rows(4)), out=out)
-    result = CliRunner().invoke(app, ["plot", str(out), "--metric", "iia"])
+    result = CliRunner().invoke(commands(), ["plot", str(out), "--metric", "iia"])
     assert result.exit_code == 0, result.output
     png = out / "iia.png"
     assert png.read_bytes().startswith(b"\x89PNG") and "iia.png" in json.loads((out / "manifest.json").read_text())["files"]
