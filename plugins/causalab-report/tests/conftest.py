@@ -22,7 +22,8 @@ SHOTS: list[str] = []
 @pytest.fixture(scope="session")
 def runs(tmp_path_factory) -> dict[str, Any]:
     """``sweep``: the shipped layer x position sweep (24 points, 60 rows, three IIA metrics); ``line``: the
-    same at position -4 only (one axis, 8 points); ``planted``: a copy of ``sweep`` with one row flipped
+    same at position -4 only (one axis, 8 points); ``cube``: noise at 2 layers x 2 positions x 2 scales
+    (three axes); ``planted``: a copy of ``sweep`` with one row flipped
     (``row``, at ``at``: ``PLANTED``); ``compared``: another copy of ``sweep``, for the page comparing it with ``planted``."""
     folder = tmp_path_factory.mktemp("report-runs")
     api.run(SWEEP, out=folder / "sweep", engine="hooks")
@@ -34,6 +35,15 @@ def runs(tmp_path_factory) -> dict[str, Any]:
     line["sweep"] = {"layer": line["sweep"]["layer"]}
     (folder / "line.json").write_text(json.dumps(line))
     api.run(folder / "line.json", out=folder / "line", engine="hooks")
+    cube = {**json.loads(SWEEP.read_text()), "name": "weekdays-noise-cube",  # three axes: noise of two scales
+            "description": "Noise at the residual stream entering blocks 0 and 1, at the day and the last token."}
+    del cube["reads"]
+    cube["writes"] = {"noise": {"input": "base", "layer": {"sweep": "layer"}, "site": "block_input",
+                                "position": {"sweep": "pos"}, "intervention": {"kind": "noise", "scale": {"sweep": "scale"}}}}
+    cube["metrics"] = {"p_base": {"kind": "p_answer", "answer": "base_answer", "input": "base"}}
+    cube["sweep"] = {"layer": [0, 1], "pos": [-4, -1], "scale": [1, 8]}
+    (folder / "cube.json").write_text(json.dumps(cube))
+    api.run(folder / "cube.json", out=folder / "cube", engine="hooks")
     shutil.copytree(folder / "sweep", folder / "planted")
     shutil.copytree(folder / "sweep", folder / "compared")  # where the compare page is written
     point, metric = PLANTED
@@ -44,7 +54,8 @@ def runs(tmp_path_factory) -> dict[str, Any]:
     scored = [v for v in content["values"] if v is not None]
     content["summary"]["mean"] = float(format(sum(scored) / len(scored), ".9g"))
     output.add_file(folder / "planted", rel, (json.dumps(content, indent=1) + "\n").encode())
-    return {"sweep": folder / "sweep", "line": folder / "line", "planted": folder / "planted", "row": row, "at": PLANTED,
+    return {"sweep": folder / "sweep", "line": folder / "line", "cube": folder / "cube", "planted": folder / "planted",
+            "row": row, "at": PLANTED,
             "compared": folder / "compared"}
 
 

@@ -47,6 +47,7 @@ def browser():
 def pages(runs):
     """The pages the tests open: the sweep's, the one-axis run's, and the sweep compared with its planted copy."""
     return {"sweep": write_report(runs["sweep"])[0], "line": write_report(runs["line"])[0],
+            "cube": write_report(runs["cube"])[0],
             "compare": write_report(runs["compared"], compare_with=runs["planted"])[0]}
 
 
@@ -172,6 +173,24 @@ def test_a_one_axis_sweep_is_a_line_with_its_interval(browser, pages, runs, shoo
     assert len(rows) == 60 and all(r.find_elements(By.CSS_SELECTOR, ".tok.win.write") for r in rows[:5])
     shoot(browser, "line")
     quiet(browser, pages["line"])
+
+
+def test_a_third_axis_is_chosen_in_a_bar_and_the_heatmap_follows(browser, pages, runs, shoot):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    open_page(browser, pages["cube"])
+    summaries = load(runs["cube"]).records["summaries"]
+    for scale in (1, 8):
+        Select(browser.find_element(By.CSS_SELECTOR, '.controls select[data-axis="2"]')).select_by_visible_text(str(scale))
+        cells = browser.find_elements(By.CSS_SELECTOR, 'svg.heatmap[data-metric="p_base"] rect.cell')
+        assert sorted(float(c.get_attribute("data-value")) for c in cells) == sorted(
+            s["mean"] for s in summaries if s["scale"] == scale)
+    cells[0].click()  # at scale 8
+    heading = browser.find_element(By.CSS_SELECTOR, '.detail[data-metric="p_base"] h3').text
+    assert heading.endswith("60 of 60 rows eligible") and ",scale=8 — p_base" in heading
+    shoot(browser, "three-axes")
+    quiet(browser, pages["cube"])
 
 
 def test_the_compare_view_lists_the_planted_difference(browser, pages, runs, shoot):

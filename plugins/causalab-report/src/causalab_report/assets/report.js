@@ -93,6 +93,10 @@
     return [lo, hi];
   }
   function textWidth(s) { return 6.3 * String(s).length; }
+  function niceStep(raw) {
+    const power = Math.pow(10, Math.floor(Math.log10(raw)));
+    return power * ([1, 2, 2.5, 5, 10].find((m) => m * power >= raw) || 10);
+  }
 
   function heatmap(metric, side) {
     const nx = axes.length ? D.labels[axes[0]].length : 1, ny = axes.length > 1 ? D.labels[axes[1]].length : 1;
@@ -167,9 +171,10 @@
     const pad = (hi - lo) * 0.06; lo -= pad; hi += pad;
     const X = (i) => left + i * step + step / 2, Y = (v) => top + ph - (v - lo) / (hi - lo) * ph;
     out.push('<rect x="' + left + '" y="' + top + '" width="' + n * step + '" height="' + ph + '" fill="none" stroke="#ccc"></rect>');
-    for (let k = 0; k <= 4; k++) {
-      const v = lo + (hi - lo) * k / 4;
-      out.push('<text x="' + (left - 4) + '" y="' + (Y(v) + 4) + '" text-anchor="end">' + fmt(v) + "</text>" +
+    const tick = niceStep((hi - lo) / 4); // round values on the axis: 1, 2, 2.5 or 5 times a power of ten
+    for (let v = Math.ceil(lo / tick) * tick; v <= hi; v += tick) {
+      const shown = Math.abs(v) < tick / 1e6 ? 0 : v;
+      out.push('<text x="' + (left - 4) + '" y="' + (Y(v) + 4) + '" text-anchor="end">' + fmt(shown) + "</text>" +
                '<line x1="' + left + '" x2="' + (left + n * step) + '" y1="' + Y(v) + '" y2="' + Y(v) + '" stroke="#eee"></line>');
     }
     const series = [["A", S, "#1f77b4"]].concat(B ? [["B", B, "#ff7f0e"]] : []);
