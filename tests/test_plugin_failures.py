@@ -448,6 +448,8 @@ def test_core_writes_the_counts_of_every_summary_from_the_eligible_mask(doc, wri
     api.run(write_doc(doc, rows), out=tmp_path / "o", registry=registry)
     folder = tmp_path / "o" / "layers=1,pos=-1"
     read = {name: json.loads((folder / f"{name}.json").read_text())["summary"] for name in ("u", "m", "ld")}
-    assert read["u"] == {"mean": 0.5, "spread": "NaN", "eligible": 3, "rows": 4}
-    assert list(read["m"].items()) == [("eligible", 3), ("mean", 0.5), ("rows", 4)]
+    # Beside each mean, core's interval over the rows (every value 0.5 here: the interval is the point).
+    assert read["u"] == {"mean": 0.5, "mean_low": 0.5, "mean_high": 0.5, "spread": "NaN", "eligible": 3, "rows": 4}
+    assert list(read["m"].items()) == [("eligible", 3), ("mean", 0.5), ("mean_low", 0.5), ("mean_high", 0.5),
+                                       ("rows", 4)]
     assert read["ld"]["eligible"] == 3 and read["ld"]["rows"] == 4

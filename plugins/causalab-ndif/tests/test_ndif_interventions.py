@@ -44,8 +44,6 @@ def intervention_documents(folder: Path) -> dict[str, Path]:
             del doc["writes"]["patch"]["source"]
         found[name] = folder / f"{name}.json"
         found[name].write_text(json.dumps(doc))
-    found["tracing"] = folder / "tracing.json"
-    found["tracing"].write_text(json.dumps(tracing_document()))
     return found
 
 
@@ -54,7 +52,8 @@ def tracing_document() -> dict:
     prompt), the noised run's value read where the noise has reached and patched into the clean run, by role."""
     text = (ROOT / "documents" / "README.md").read_text()
     fragment = text.split("#### Patching direction")[1].split("```json")[1].split("```")[0]
-    doc = {"version": "2", "model": {"key": "causalab-toy/entity"},
+    entity = json.loads((ROOT / "documents/real/entity_layer_sweep.json").read_text())["model"]
+    doc = {"version": "2", "model": {"key": "causalab-toy/entity", "revision": entity["revision"]},
            "data": {"causal_model": {"kind": "entity", "intervene": ["line", "place"], "rows": 20,
                                      "split": "test", "seed": 0}},
            **json.loads("{" + fragment + "}"), "sweep": {"layer": [1, 3]}}
@@ -81,6 +80,20 @@ def assert_remote_is_local(server, engine: str, folder: Path, *options: str) -> 
 @pytest.mark.parametrize("code", ["installed", "shipped"])
 def test_every_kind_through_the_server_writes_the_local_bytes(ndif_server, tmp_path, code):
     assert_remote_is_local(ndif_server, "hooks", tmp_path, "--option", f"code={code}")
+
+
+def test_causal_tracing_by_role_through_the_server_writes_the_local_bytes(ndif_server, tmp_path):
+    """A second column's run, noise scaled by a read's spread and a read of the noised run, by role (the
+    entity model is deployed for the installed code only)."""
+    document = tmp_path / "tracing.json"
+    document.write_text(json.dumps(tracing_document()))
+    api.run(document, out=tmp_path / "local", engine="hooks")
+    remote = ndif_server.run([CAUSALAB, "run", str(document), "--engine", "ndif", "--out", str(tmp_path / "remote"),
+                              "--option", "code=installed"])
+    assert remote.returncode == 0, remote.stderr
+    here, there = files(tmp_path / "local"), files(tmp_path / "remote")
+    assert sorted(here) == sorted(there) and len(here) > 4
+    assert [f for f in here if here[f] != there[f]] == []
 
 
 def test_every_kind_on_a_server_without_causalab_writes_the_local_bytes(bare_server, tmp_path):
