@@ -7,6 +7,7 @@ folder and listed at the end of the session."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from pathlib import Path
@@ -213,3 +214,181 @@ def test_the_compare_view_lists_the_planted_difference(browser, pages, runs, sho
     browser.execute_script("arguments[0].scrollIntoView()", detail)
     shoot(browser, "compare-rows")
     quiet(browser, pages["compare"])
+
+
+# The shipped studies and a 1,000-point sweep (issue #35's acceptance), each page opened like the ones above.
+
+REAL = Path(__file__).parents[3] / "documents" / "real"
+STUDIES = sorted(p.name for p in REAL.glob("*.json"))
+KEPT = 7
+"""Rows each study runs on: a row file's first week (every day once: the steering studies' means are over
+its Monday and its Sunday rows), as many drawn from a causal model; a DAS featurizer trains one epoch on
+as many. The 23 studies so cut run and write their pages in about 20 s on 2 shared cores, so all run."""
+
+CELLS = """const [metric, kind] = arguments;
+const drawn = document.querySelectorAll(kind === "line" ? 'svg.line[data-metric="' + metric + '"] circle.pt'
+                                                        : 'svg.heatmap[data-metric="' + metric + '"] rect.cell');
+return Array.from(drawn, (c) => [Number(c.dataset.p), c.dataset.value]);"""
+"""Each cell (or a line's point) of a metric's figure: its point's index and its ``data-value``, in one call."""
+
+
+def cut_study(source: Path, folder: Path) -> tuple[Path, Path | None]:
+    """The shipped document in ``folder`` on ``KEPT`` rows (a row file's first lines, vector files as
+    shipped, DAS training data cut too and one epoch); returns its path and its row file, if any."""
+    document = json.loads(source.read_text())
+    specs = [document["data"]] + [f["train"]["data"] for f in document.get("featurizers", {}).values() if "train" in f]
+    rows = None
+    for i, spec in enumerate(specs):
+        if "causal_model" in spec:
+            spec["causal_model"]["rows"] = KEPT
+        if "path" in spec:
+            lines = (source.parent / spec["path"]).read_text().splitlines()[:KEPT]
+            (folder / f"rows{i}.jsonl").write_text("\n".join(lines) + "\n")
+            spec["path"] = str(folder / f"rows{i}.jsonl")
+            rows = rows or folder / f"rows{i}.jsonl"
+    for featurizer in document.get("featurizers", {}).values():
+        if "train" in featurizer:
+            featurizer["train"]["epochs"] = 1
+    for write in document.get("writes", {}).values():  # a steering vector stays the shipped file, swept or not
+        vector = (write.get("intervention") or {}).get("vector")
+        if isinstance(vector, dict):
+            axis = document["sweep"][vector["sweep"]]
+            axis[:] = [str((source.parent / name).resolve()) for name in axis]
+        elif vector is not None:
+            write["intervention"]["vector"] = str((source.parent / vector).resolve())
+    path = folder / "doc.json"
+    path.write_text(json.dumps(document))
+    return path, rows
+
+
+@pytest.fixture(scope="session")
+def studies(tmp_path_factory) -> dict[str, Path]:
+    """Every shipped study under ``documents/real/`` run on ``KEPT`` rows, and its page: name -> run folder."""
+    from causalab_core import api
+
+    folders = {}
+    with one_thread():
+        for name in STUDIES:
+            folder = tmp_path_factory.mktemp(name.removesuffix(".json"))
+            document, rows = cut_study(REAL / name, folder)
+            api.run(document, out=folder / "out", engine="hooks")
+            write_report(folder / "out", data_file=rows)
+            folders[name] = folder / "out"
+    return folders
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Torch on one thread while the fixtures run their documents: on 2 cores shared with other work, two
+    threads made them five times slower (124 s for the studies, against 22 s); the checks compare the page
+    with the run's own files, so the thread count changes no assertion."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def drawn_as_summarized(browser, run, metric: str, names: list[str]) -> int:
+    """Assert that the metric's figure has a cell per point of its first two axes (a point per value of a
+    one-axis sweep, one cell without a sweep), each showing its point's mean; return how many."""
+    axes = list(run.document.get("sweep", {}))
+    kind = "line" if len(axes) == 1 else "heatmap"
+    cells = browser.execute_script(CELLS, metric, kind)
+    sizes = [len(run.document["sweep"][a]) for a in axes[:2]]
+    assert len(cells) == (sizes[0] * sizes[1] if len(sizes) == 2 else sizes[0] if sizes else 1), (metric, len(cells))
+    means = {s["point"]: s["mean"] for s in run.records["summaries"] if s["metric"] == metric}
+    for p, value in cells:
+        assert (None if value == "" else float(value)) == means[names[p]], (metric, names[p])
+    return len(cells)
+
+
+@pytest.mark.parametrize("name", STUDIES)
+def test_each_shipped_study_opens_offline_with_a_cell_per_point(browser, studies, name, shoot):
+    """Every study under ``documents/real/`` (layer sweeps, noising and denoising by site, tracing and its
+    controls, ablations, DAS and its control, steering by vector and by pairs), cut to ``KEPT`` rows: its
+    page draws, per metric, as many cells as its first two axes have points, each with its point's mean;
+    a click on a cell shows that point's rows; nothing logged, nothing fetched."""
+    from selenium.webdriver.common.by import By
+
+    page = studies[name] / "report.html"
+    run = load(studies[name])
+    open_page(browser, page)
+    try:
+        metrics, data = list(run.document["metrics"]), payload(browser)
+        assert [m["name"] for m in data["metrics"]] == metrics
+        for metric in metrics:
+            drawn_as_summarized(browser, run, metric, [q["name"] for q in data["points"]])
+        figure = "svg.line circle.pt" if len(run.document.get("sweep", {})) == 1 else "svg.heatmap rect.cell"
+        browser.find_element(By.CSS_SELECTOR, f'{figure}[data-metric="{metrics[0]}"]').click()
+        rows = browser.find_elements(By.CSS_SELECTOR, f'.detail[data-metric="{metrics[0]}"] tr.row')
+        assert len(rows) == KEPT and all(r.find_elements(By.CSS_SELECTOR, ".prompt .tok") for r in rows)
+        trained = [f for f in run.document.get("featurizers", {}).values() if f.get("train")]
+        # the DAS study: a trained file per point, each a row; its control (untrained rotations): no table
+        files = browser.find_elements(By.CSS_SELECTOR, "section.featurizers table.feat tbody tr")
+        assert len(files) == (len(data["points"]) if trained else 0)
+        quiet(browser, page)
+    except AssertionError:
+        shoot(browser, f"study-{name.removesuffix('.json')}")
+        raise
+
+
+THOUSAND_ROWS = 4
+
+
+@pytest.fixture(scope="session")
+def thousand(tmp_path_factory) -> Path:
+    """The README's 1,000-point sweep (``benchmarks/thousand_points.py``: noise at 8 layers x 12 positions x
+    11 scales = 1,056 points, 3 metrics) on 4 rows: its run and page take 5 to 12 s on 2 shared cores."""
+    import importlib.util
+
+    from causalab_core import api
+
+    spec = importlib.util.spec_from_file_location(
+        "thousand_points", Path(__file__).parents[1] / "benchmarks" / "thousand_points.py")
+    benchmark = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(benchmark)
+    document = benchmark.document()
+    document["data"]["causal_model"]["rows"] = THOUSAND_ROWS
+    folder = tmp_path_factory.mktemp("thousand")
+    (folder / "doc.json").write_text(json.dumps(document))
+    with one_thread():
+        api.run(folder / "doc.json", out=folder / "out", engine="hooks")
+    return write_report(folder / "out")[0]
+
+
+def test_a_thousand_point_page_draws_every_point_and_opens_a_cell(browser, thousand, shoot):
+    """All 1,056 points are drawn: 96 cells (layer x position) per metric at each of the 11 scales chosen
+    in the bar, each with its mean; a click shows its 4 rows with the noised position highlighted."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    run = load(thousand.parent)
+    open_page(browser, thousand)
+    names = [q["name"] for q in payload(browser)["points"]]
+    assert len(names) == 1056
+    scales = [str(s) for s in run.document["sweep"]["scale"]]
+    seen = set()
+    for scale in scales:
+        Select(browser.find_element(By.CSS_SELECTOR, '.controls select[data-axis="2"]')).select_by_visible_text(scale)
+        for metric in run.document["metrics"]:
+            assert drawn_as_summarized(browser, run, metric, names) == 96
+            seen |= {p for p, _ in browser.execute_script(CELLS, metric, "heatmap")}
+    assert seen == set(range(1056))
+    name = "layer=3,pos=7,scale=8"
+    p = names.index(name)
+    Select(browser.find_element(By.CSS_SELECTOR, '.controls select[data-axis="2"]')).select_by_visible_text("8")
+    browser.find_element(By.CSS_SELECTOR, f'svg.heatmap[data-metric="p_base"] rect.cell[data-p="{p}"]').click()
+    detail = browser.find_element(By.CSS_SELECTOR, '.detail[data-metric="p_base"]')
+    assert detail.find_element(By.TAG_NAME, "h3").text.startswith(f"{name} — p_base")
+    rows = detail.find_elements(By.CSS_SELECTOR, "tr.row")
+    assert len(rows) == THOUSAND_ROWS
+    for tr in rows:
+        (marked,) = tr.find_elements(By.CSS_SELECTOR, '.prompt[data-input="base"] .tok.win.write')
+        assert marked.get_attribute("data-pos") == "7"
+    browser.execute_script("arguments[0].scrollIntoView()", detail)
+    shoot(browser, "thousand-points")
+    quiet(browser, thousand)
