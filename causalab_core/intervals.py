@@ -7,6 +7,7 @@ with a CPU ``torch.Generator`` from a fixed seed: the same interval on every mac
 
 from __future__ import annotations
 
+import functools
 import math
 
 LEVEL = 0.95
@@ -25,6 +26,18 @@ def scored(values: list) -> list[float]:
     return [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v]
 
 
+@functools.lru_cache(maxsize=4)
+def resamples(n: int) -> tuple:
+    """The resampled row indices for ``n`` rows, in chunks of at most ``CHUNK``: drawn from ``SEED`` alone, so
+    every summary of ``n`` rows (each metric at each point of a sweep) takes the same ones, drawn once."""
+    import torch
+
+    generator = torch.Generator().manual_seed(SEED)
+    per_chunk = max(1, CHUNK // n)
+    return tuple(torch.randint(n, (min(per_chunk, RESAMPLES - start), n), generator=generator)
+                 for start in range(0, RESAMPLES, per_chunk))
+
+
 def bootstrap(values: list) -> tuple[float, float]:
     """The ``LEVEL`` percentile bootstrap interval of the mean of ``values``' scored rows; NaN bounds where
     none is scored, the value itself where one is."""
@@ -36,12 +49,7 @@ def bootstrap(values: list) -> tuple[float, float]:
         return math.nan, math.nan
     if n == 1 or bool((x == x[0]).all()):
         return float(x[0]), float(x[0])
-    generator = torch.Generator().manual_seed(SEED)
-    per_chunk = max(1, CHUNK // n)
-    means = []
-    for start in range(0, RESAMPLES, per_chunk):
-        count = min(per_chunk, RESAMPLES - start)
-        means.append(x[torch.randint(n, (count, n), generator=generator)].mean(1))
+    means = [x[chunk].mean(1) for chunk in resamples(n)]
     tail = (1 - LEVEL) / 2
     low, high = torch.quantile(torch.cat(means), torch.tensor([tail, 1 - tail], dtype=torch.float64)).tolist()
     return low, high
