@@ -660,10 +660,10 @@ PULLS = [{"alpha": 0.5}]
 
 
 @pytest.mark.parametrize("kind,check,match", [
-    (BatchCentred, "test_apply_is_row_by_row", "row 0's value computed alone differs from its value in the batch"),
-    (OneLate, "test_apply_is_position_by_position", "position 1 of a 3-position window gets another value"),
-    (Jittery, "test_apply_is_deterministic", "apply gave different values for the same inputs"),
-    (LastOnly, "test_apply_keeps_the_site_shape", r"returned \[5, 32\] torch.float32 for x of shape \[5, 3, 32\]"),
+    (BatchCentred, "check_apply_is_row_by_row", "row 0's value computed alone differs from its value in the batch"),
+    (OneLate, "check_apply_is_position_by_position", "position 1 of a 3-position window gets another value"),
+    (Jittery, "check_apply_is_deterministic", "apply gave different values for the same inputs"),
+    (LastOnly, "check_apply_keeps_the_site_shape", r"returned \[5, 32\] torch.float32 for x of shape \[5, 3, 32\]"),
     (LoosePull, "test_params_forbid_unknown_keys", "LoosePullParams accepted the unknown key"),
     (IgnoringPull, "test_params_forbid_unknown_keys", "IgnoringPullParams accepted the unknown key"),
     (LuckyNoise, "test_recipe_follows_its_params_alone", "two recipes for the same parameters"),
@@ -679,10 +679,10 @@ def test_a_broken_intervention_fails_its_check(kind, check, match):
 def test_a_broken_kind_passes_the_checks_it_is_not_broken_for():
     """Each broken kind is caught by its own check, not by accident: the others pass it."""
     suite = InterventionConformance()
-    suite.test_apply_is_row_by_row(OneLate(), PULLS, None)
-    suite.test_apply_is_deterministic(OneLate(), PULLS, None)
-    suite.test_apply_is_position_by_position(BatchCentred(), PULLS, None)
-    suite.test_apply_keeps_the_site_shape(Jittery(), PULLS, None)
+    suite.check_apply_is_row_by_row(OneLate(), PULLS, None)
+    suite.check_apply_is_deterministic(OneLate(), PULLS, None)
+    suite.check_apply_is_position_by_position(BatchCentred(), PULLS, None)
+    suite.check_apply_keeps_the_site_shape(Jittery(), PULLS, None)
     suite.test_recipe_is_a_contract_recipe(LuckyNoise(), [{}])
 
 

@@ -1212,7 +1212,18 @@ class InterventionConformance:
 
     # a custom kind's apply --------------------------------------------------------------
 
-    def test_apply_keeps_the_site_shape(self, intervention, params, vector):
+    def test_a_custom_apply_keeps_its_contract(self, intervention, params, vector):
+        """A kind with a ``custom`` recipe: ``apply`` keeps the site's shape, is row by row and position by
+        position, and deterministic (the ``check_apply_*`` methods, each shown failing by the kit's tests). A kind
+        that combines by core's math has no ``apply`` to check: skipped, once."""
+        self.custom_settings(intervention, params)
+        self.check_apply_keeps_the_site_shape(intervention, params, vector)
+        self.check_apply_is_row_by_row(intervention, params, vector)
+        if self.positionwise:
+            self.check_apply_is_position_by_position(intervention, params, vector)
+        self.check_apply_is_deterministic(intervention, params, vector)
+
+    def check_apply_keeps_the_site_shape(self, intervention, params, vector):
         """A tensor of ``x``'s shape ``[rows, window, width]``, a batch as well as a single row of one position
         (an engine hands a kind a row at a time where windows differ in width)."""
         for p, valid, recipe in self.custom_settings(intervention, params):
@@ -1225,7 +1236,7 @@ class InterventionConformance:
                                 f"shape {list(x.shape)}: it must return a float tensor of x's shape "
                                 "[rows, window, width]", pytrace=False)
 
-    def test_apply_is_row_by_row(self, intervention, params, vector):
+    def check_apply_is_row_by_row(self, intervention, params, vector):
         """A row's value is the same computed alone, in the batch, and in a batch whose other rows hold other
         values: no row (one that is not eligible, or any other) changes another's."""
         for p, valid, recipe in self.custom_settings(intervention, params):
@@ -1250,11 +1261,9 @@ class InterventionConformance:
                                     "its own x and v alone (rows that are not eligible, or any other row, must not "
                                     "change it: no statistic over the batch's rows)", pytrace=False)
 
-    def test_apply_is_position_by_position(self, intervention, params, vector):
+    def check_apply_is_position_by_position(self, intervention, params, vector):
         """Each position's value is the one ``apply`` gives that position alone: a kind writes at each position
         of its window what belongs there (set ``positionwise = False`` for a kind that mixes them on purpose)."""
-        if not self.positionwise:
-            pytest.skip("positionwise = False: the kind mixes its window's positions on purpose")
         for p, valid, recipe in self.custom_settings(intervention, params):
             x, v = self.apply_inputs(recipe, vector)
             whole = self.applied(intervention, x, v, valid)
@@ -1267,7 +1276,7 @@ class InterventionConformance:
                                 "writes there a value computed for another position (set positionwise = False "
                                 "only for a kind that mixes its window's positions on purpose)", pytrace=False)
 
-    def test_apply_is_deterministic(self, intervention, params, vector):
+    def check_apply_is_deterministic(self, intervention, params, vector):
         """The same bytes for the same inputs: twice, from a fresh instance, and under two global random states."""
         for p, valid, recipe in self.custom_settings(intervention, params):
             x, v = self.apply_inputs(recipe, vector)
