@@ -171,10 +171,11 @@ def _run(reg: Registry, path: str | Path, *, out: str | Path | None, engine: str
                     "device map": device_map, "engine options": chosen.model_dump(mode="json")}
         store = open_store(out_path, identity, resume=resume, force=force)
         runner.details.update(store.state["details"])  # resumed: what the engine said before (a remote one's jobs)
+        runner.store = store  # where an engine that sends jobs elsewhere keeps their ids (ndif)
         try:
             run_kept(built, store, execute, lambda: runner.details, points_done)
         except BaseException:
-            if not store.done():  # nothing kept, nothing to resume: no trace of the run
+            if not store.done() and not store.remote_jobs():  # nothing kept, nothing to resume: no trace of the run
                 store.remove()
             raise
         record = record_for(store.state["details"])

@@ -93,6 +93,25 @@ class Store:
                 _write_state(self.path, self.state)
             tmp.rename(target)
 
+    def remote_jobs(self) -> dict[str, dict[str, Any]]:
+        """Jobs sent to a remote server for this run (an interrupted run's too), by the id the server gave
+        each: what the engine recorded when it sent one (its points' names...). ``--resume`` collects them."""
+        return self.state.setdefault("remote_jobs", {})
+
+    def note_job(self, job_id: str, record: dict[str, Any] | None) -> None:
+        """Keep one sent job's record (``None``: forget it), written at once, before the job is waited for."""
+        jobs = self.remote_jobs()
+        if record is None:
+            jobs.pop(job_id, None)
+        else:
+            jobs[job_id] = record
+        try:
+            with signals_deferred():
+                _write_state(self.path, self.state)
+        except OSError as exc:
+            raise OutputError(f"{shorten(str(self.path))}: cannot keep the id of remote job {echo(job_id)}: "
+                              f"{exc.strerror or exc}") from None
+
     def files(self, index: int) -> dict[str, bytes]:
         """A kept point's files, each checked against the digests kept with it (as the output folder's
         readers check its manifest): one changed since the point was kept is refused, never written out."""

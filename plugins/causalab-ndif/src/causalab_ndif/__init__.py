@@ -37,4 +37,6 @@ def causalab_provenance(engine: str, remote: bool, plan: Any, details: dict[str,
         record["dtype_mismatch"] = details["dtype_mismatch"]
     if details.get("jobs"):  # each job's points and the bytes it sent and received
         record["jobs"] = details["jobs"]
+    if details.get("job_size"):  # --option max_job_s: the first job's time and the points per job it chose
+        record["job_size"] = details["job_size"]
     return record

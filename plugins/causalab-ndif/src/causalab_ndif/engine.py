@@ -7,7 +7,7 @@ import functools
 import io
 import sys
 import time
-
+from dataclasses import replace
 from typing import Literal
 
 from pydantic import Field
@@ -16,7 +16,7 @@ from causalab_core.contracts import ReuseOptions, remote_host
 from causalab_core.errors import EngineError
 from causalab_nnterp import NnterpEngine
 
-from causalab_ndif import preflight, shipping
+from causalab_ndif import jobs, preflight, shipping
 from causalab_ndif.environment import auto_code
 from causalab_ndif.remote_errors import JobTimeout, bounded, local_error
 from causalab_ndif.server import resolved_host, served_models, server_env
@@ -34,6 +34,11 @@ class NdifOptions(ReuseOptions):
     code: Literal["auto", "installed", "shipped"] = "auto"
     """How the block's code reaches the server: its installed causalab, or shipped by value with the
     request (``auto``: shipped exactly when the server's /env has no causalab-core)."""
+    detach: bool = True
+    """Send each job without a connection held open and poll for it, its id kept beside --out, so a job
+    outlives the client (``false``: one websocket held open per job, for a server without ``/response/ID``)."""
+    max_job_s: float | None = Field(default=None, gt=0)
+    """Seconds one job may run on the server (its cap): a first job of one point sizes the rest to fit."""
 
 
 class NdifEngine(NnterpEngine):
@@ -43,6 +48,9 @@ class NdifEngine(NnterpEngine):
     capabilities = frozenset({"remote", "heads", "training"})
     runs_remote = True
     Options = NdifOptions
+    store = None
+    """The resume store of a run with --out (``causalab_core.resume.Store``; set by ``api.run``): where each
+    job's id is kept as soon as it is sent, for a ``--resume`` to collect it."""
 
     def model(self, plan):
         """The weightless shell the request is built from; it names the deployment by key and revision."""
@@ -64,7 +72,7 @@ class NdifEngine(NnterpEngine):
                 return self._run(plan, host, batch_size, classes, positions,
                                  lambda: max(0.001, self.options.timeout - (time.monotonic() - started)))
         except JobTimeout as exc:  # the deadline fell between two waits
-            raise local_error(exc, host) from None
+            raise local_error(exc, host, kept=self._kept_jobs()) from None
 
     def _run(self, plan, host, batch_size, classes, positions, left):
         told = self.options.timeout
@@ -77,11 +85,15 @@ class NdifEngine(NnterpEngine):
             model = shipping.PlainModel(plan.model.source, key=plan.model.key, revision=plan.model.revision,
                                         dtype=plan.model.dtype)
             session = functools.partial(shipping.run_shipped, model, plan, batch_size, classes, host, **reuse)
+            sender = lambda part, backend: shipping.run_shipped(  # noqa: E731
+                model, part, batch_size, classes, host, **reuse, backend=backend)
         else:
             client, wanted = self._installed_requirements(classes)
             model = self.model(plan)
             session = functools.partial(run_remote, model, plan, batch_size, classes, host, client,
                                         self.options.allow_skew, **reuse)
+            sender = lambda part, backend: run_remote(  # noqa: E731
+                model, part, batch_size, classes, host, client, self.options.allow_skew, **reuse, backend=backend)
         skew = preflight.check(host, wanted, packages, self.options.allow_skew)
         shown = f"{plan.model.key}@{plan.model.revision}" if plan.model.revision else plan.model.key
         deployments = served_models(host, left(), told)
@@ -91,17 +103,23 @@ class NdifEngine(NnterpEngine):
         status = StatusLine(sys.stderr)
         try:
             with contextlib.redirect_stdout(status):
-                results, served, shipment = session()
+                if self.options.detach:
+                    results, served, code, said = self._detached(plan, host, model, sender, status)
+                else:
+                    results, served, shipment = session()
+                    code = shipment.record()
+                    said = [{"points": len(plan.points), "sent_bytes": shipment.payload_bytes,
+                             "received_bytes": shipment.received_bytes}]
         except Exception as exc:  # what the server raised, or what stopped the request
-            raise local_error(exc, host) from None
+            raise local_error(exc, host, kept=self._kept_jobs()) from None
         finally:
             status.end_line()
-        # What the job cost on the wire, under its status lines; run.json keeps every job's (a resumed run's
+        # What each job cost on the wire, under its status lines; run.json keeps every job's (a resumed run's
         # engine starts from what the interrupted one kept).
-        job = {"points": len(plan.points), "sent_bytes": shipment.payload_bytes,
-               "received_bytes": shipment.received_bytes}
-        print(f"job of {job['points']} point{'s' if job['points'] != 1 else ''}: sent {job['sent_bytes'] or 0:,} "
-              f"bytes, received {job['received_bytes'] or 0:,} bytes", file=sys.stderr)
+        for job in said:
+            collected = " (collected by --resume)" if job.get("collected") == "by --resume" else ""
+            print(f"job of {job['points']} point{'s' if job['points'] != 1 else ''}{collected}: sent "
+                  f"{job['sent_bytes'] or 0:,} bytes, received {job['received_bytes'] or 0:,} bytes", file=sys.stderr)
         if dtype_name(served["served_dtype"]) != dtype_name(announced):  # /status said otherwise, or nothing
             mismatch = self._check_dtype(served["served_dtype"], plan.model.dtype, host, shown)
         self.details = {
@@ -110,10 +128,48 @@ class NdifEngine(NnterpEngine):
             "dtype_mismatch": mismatch,
             "server_causalab": served.get("causalab"),
             "skew": {name: list(pair) for name, pair in {**skew, **served.get("skew", {})}.items()},
-            "code": shipment.record(),
-            "jobs": [*self.details.get("jobs", []), job],
+            "code": code,
+            "jobs": [*self.details.get("jobs", []), *said],
+            **({"job_size": self.details["job_size"]} if "job_size" in self.details else {}),
         }
         return results
+
+    def _detached(self, plan, host, model, sender, status):
+        """The plan's points as jobs sent without a connection held open (:mod:`causalab_ndif.jobs`): the
+        merged results, what the block said of the server, how the code travelled, each job's summary."""
+        from nnsight.intervention.backends.remote import RemoteBackend
+
+        model_key = model.to_model_key()
+
+        def submit(points):
+            backend = RemoteBackend(model_key, host=host, env=model._remoteable_get_env(), blocking=False)
+            sent_at = time.time()
+            job_id, _, shipment = sender(replace(plan, points=tuple(points)), backend)
+            return jobs.Job(job_id, [p.name for p in points], shipment.payload_bytes, sent_at, shipment.record())
+
+        def note(job_id, record):
+            if self.store is not None:
+                self.store.note_job(job_id, record)
+
+        def warn(line):
+            status.end_line()
+            print(f"warning: {line}", file=sys.stderr)
+
+        ledger = dict(self.store.remote_jobs()) if self.store is not None else {}
+        done, sized = jobs.run_jobs(list(plan.points), ledger=ledger, note=note, submit=submit,
+                                    wait=lambda job: jobs.collect(job, model_key, host), host=host,
+                                    cap_s=self.options.max_job_s, sized=self.details.get("job_size"), warn=warn)
+        if sized is not None:
+            self.details["job_size"] = sized
+        results = {}
+        for job in done:
+            results.update(job.result["results"])
+        served = done[0].result["served"]
+        return results, served, done[0].code, [job.summary() for job in done]
+
+    def _kept_jobs(self) -> int:
+        """How many of this run's jobs the resume store keeps (a failure's line says --resume collects them)."""
+        return len(self.store.remote_jobs()) if self.store is not None else 0
 
     @staticmethod
     def _installed_requirements(classes):
@@ -171,8 +227,10 @@ def dtype_name(dtype: str | None) -> str | None:
     return None if dtype is None else str(dtype).removeprefix("torch.")
 
 
-def run_remote(model, plan, batch_size, classes, host, client, allow_skew, *, optimize=True, positions=False):
-    """The remote session. It loads only its arguments and modules every causalab server installs."""
+def run_remote(model, plan, batch_size, classes, host, client, allow_skew, *, optimize=True, positions=False,
+               backend=None):
+    """The remote session. It loads only its arguments and modules every causalab server installs. With a
+    non-blocking ``backend``, the job is only sent: ``(its id, None, shipment)``."""
     import nnsight
 
     from causalab_core.plugins import installed_causalab
@@ -180,7 +238,7 @@ def run_remote(model, plan, batch_size, classes, host, client, allow_skew, *, op
     from causalab_nnterp import run_plan
 
     with shipping.measured() as shipment:
-        with model.session(remote=host):
+        with model.session(remote=host, backend=backend):
             installed = installed_causalab()
             skew = digest_skew(client, installed)
             if skew and not allow_skew:
@@ -188,4 +246,6 @@ def run_remote(model, plan, batch_size, classes, host, client, allow_skew, *, op
                     f"{name} (client {mine}, server {theirs})" for name, (mine, theirs) in sorted(skew.items())))
             served = nnsight.save({"served_dtype": str(model.lm_head.weight.dtype), "causalab": installed, "skew": skew})
             results = nnsight.save(run_plan(model, plan, batch_size, classes, optimize=optimize, positions=positions))
+    if backend is not None and not backend.blocking:
+        return backend.job_id, None, shipment
     return results, served, shipment

@@ -38,11 +38,16 @@ CONNECTION_LOST = ("WebSocketConnectionClosedException", "ConnectionResetError",
                    "RemoteProtocolError", "ReadError", "WebSocketBadStatusException")
 
 
-def local_error(exc: BaseException, host: str) -> CausalabError:
-    """The causalab error to raise on the client for ``exc`` from a remote session: one line saying what happened."""
+def local_error(exc: BaseException, host: str, kept: int = 0) -> CausalabError:
+    """The causalab error to raise on the client for ``exc`` from a remote session: one line saying what
+    happened. ``kept``: how many jobs' ids the resume store keeps, still on the server (the line says that
+    ``--resume`` collects them where the client only stopped waiting)."""
     if isinstance(exc, CausalabError):
         return exc
     error = _classify(exc, host)
+    if kept and isinstance(exc, (JobTimeout, StoppedWaiting)):
+        error = EngineError(f"{error}; {kept} job{'s' if kept != 1 else ''} sent stay{'s' if kept == 1 else ''} "
+                            "on the server, kept beside --out: --resume collects what finished")
     error.server_traceback = str(exc).strip() if type(exc).__name__ == "RemoteError" else None
     return error
 
@@ -50,6 +55,9 @@ def local_error(exc: BaseException, host: str) -> CausalabError:
 def _classify(exc: BaseException, host: str) -> CausalabError:
     text = str(exc).strip()
     kind = type(exc).__name__
+    if isinstance(exc, StoppedWaiting):
+        return EngineError(f"the NDIF server at {host} stopped answering while collecting job {exc.job_id} "
+                           f"({exc.reason})")
     if isinstance(exc, JobTimeout):
         return EngineError(f"the job on the NDIF server at {host} did not finish within {exc.seconds:g} s "
                            "(the server stopped answering, or the job is slower than that; --option timeout=SECONDS)")
@@ -66,6 +74,16 @@ def _classify(exc: BaseException, host: str) -> CausalabError:
     if cls is not None:
         return cls(last["message"])
     return EngineError(f"the NDIF server at {host} failed running the plan: {lines[-1] if lines else 'no reason given'}")
+
+
+class StoppedWaiting(Exception):
+    """A poll of a job sent without a connection held open got no answer (no connection, a dropped one, an
+    HTTP error, or none within the timeout)."""
+
+    def __init__(self, job_id: str, reason: str):
+        super().__init__(reason)
+        self.job_id = job_id
+        self.reason = reason
 
 
 class JobTimeout(Exception):

@@ -150,15 +150,18 @@ def measured(packages: tuple[str, ...] = ()):
         by_value |= theirs
 
 
-def run_shipped(model, plan, batch_size, classes, remote, *, optimize=True, positions=False):
-    """The session with causalab's code shipped by value. It loads only its arguments, torch and nnsight."""
+def run_shipped(model, plan, batch_size, classes, remote, *, optimize=True, positions=False, backend=None):
+    """The session with causalab's code shipped by value. It loads only its arguments, torch and nnsight.
+    With a non-blocking ``backend``, the job is only sent: ``(its id, None, shipment)``."""
     import nnsight
 
     from causalab_nnterp import by_module_path, run_plan
 
     with measured(shipped_packages(classes)) as shipment:
-        with model.session(remote=remote):
+        with model.session(remote=remote, backend=backend):
             served = nnsight.save({"served_dtype": str(model.lm_head.weight.dtype)})
             results = nnsight.save(run_plan(model, plan, batch_size, classes, site_tensor=by_module_path,
                                             optimize=optimize, positions=positions))
+    if backend is not None and not backend.blocking:
+        return backend.job_id, None, shipment
     return results, served, shipment
