@@ -36,11 +36,22 @@ def _weekday_test(count: int, day: int) -> bool:
     return (count * 7 + day) * 2654435761 % 97 < 20
 
 
-def _weekday_pair(rng: random.Random, test: bool) -> dict:
+# Held out in what the task computes: (count mod 7, day), of which the answer is a function. A count whose
+# residue and a day form one of these ten pairs is never trained on, under any count with that residue
+# (drawn once: random.Random("weekdays-residues").sample of the 49, sorted).
+HELD_OUT_RESIDUES = ((1, 1), (2, 2), (2, 3), (3, 2), (4, 1), (4, 2), (4, 3), (5, 4), (5, 5), (6, 2))
+
+
+def _weekday_residue_test(count: int, day: int) -> bool:
+    """``count`` is an index into COUNTS (the count is ``count + 1``), ``day`` into DAYS."""
+    return ((count + 1) % 7, day) in HELD_OUT_RESIDUES
+
+
+def _weekday_pair(rng: random.Random, test: bool, held_out=_weekday_test) -> dict:
     while True:
         k = rng.randrange(len(COUNTS))
         day, cf_day = rng.sample(range(7), 2)
-        if _weekday_test(k, day) == test and _weekday_test(k, cf_day) == test:
+        if held_out(k, day) == test and held_out(k, cf_day) == test:
             break
     n = int(COUNTS[k])
     return {
@@ -54,11 +65,10 @@ def _weekday_pair(rng: random.Random, test: bool) -> dict:
     }
 
 
-WEEKDAYS = Task(
-    "weekdays",
-    ("Q", ":", "what", "day", "is", "days", "after", "?", "A", *COUNTS, *DAYS, *CHAT_WORDS),
-    _weekday_pair,
-)
+WEEKDAY_WORDS = ("Q", ":", "what", "day", "is", "days", "after", "?", "A", *COUNTS, *DAYS, *CHAT_WORDS)
+WEEKDAYS = Task("weekdays", WEEKDAY_WORDS, _weekday_pair)
+WEEKDAYS_RESIDUES = Task(
+    "weekdays_residues", WEEKDAY_WORDS, lambda rng, test: _weekday_pair(rng, test, _weekday_residue_test))
 
 
 # -- entity lookup ------------------------------------------------------------
@@ -73,17 +83,27 @@ def _entity_test(line: tuple[str, ...], q: int) -> bool:
     return key * 2654435761 % 97 < 20
 
 
+# Held out in what the task computes: (the asked name, its place). A name is never asked for at one of these
+# places in training (it may stand there unasked); (NAMES index, ORDINALS index), drawn once:
+# random.Random("entity-answers").sample of the 48, sorted.
+HELD_OUT_ANSWERS = ((0, 0), (0, 1), (5, 3), (7, 1), (7, 3), (8, 1), (9, 0), (10, 0), (10, 1), (11, 0))
+
+
+def _entity_answer_test(line: tuple[str, ...], q: int) -> bool:
+    return (NAMES.index(line[q]), q) in HELD_OUT_ANSWERS
+
+
 def _line(names) -> str:
     return ", ".join(names[:-1]) + " and " + names[-1]
 
 
-def _entity_pair(rng: random.Random, test: bool) -> dict:
+def _entity_pair(rng: random.Random, test: bool, held_out=_entity_test) -> dict:
     while True:
         names = rng.sample(NAMES, 5)
         line, spare = tuple(names[:4]), names[4]
         q = rng.randrange(4)
         cf_line = tuple(spare if i == q else n for i, n in enumerate(line))
-        if _entity_test(line, q) == test and _entity_test(cf_line, q) == test:
+        if held_out(line, q) == test and held_out(cf_line, q) == test:
             break
     return {
         "base": ENTITY_PROMPT.format(line=_line(line), ordinal=ORDINALS[q]),
@@ -96,27 +116,33 @@ def _entity_pair(rng: random.Random, test: bool) -> dict:
     }
 
 
-ENTITY = Task(
-    "entity",
-    ("Q", ":", "who", "is", "are", "in", "line", "and", "?", "A", *NAMES, *ORDINALS, *CHAT_WORDS),
-    _entity_pair,
-)
+ENTITY_WORDS = ("Q", ":", "who", "is", "are", "in", "line", "and", "?", "A", *NAMES, *ORDINALS, *CHAT_WORDS)
+ENTITY = Task("entity", ENTITY_WORDS, _entity_pair)
+ENTITY_ANSWERS = Task("entity_answers", ENTITY_WORDS, lambda rng, test: _entity_pair(rng, test, _entity_answer_test))
 
-TASKS = {t.name: t for t in (WEEKDAYS, ENTITY)}
+TASKS = {t.name: t for t in (WEEKDAYS, ENTITY, WEEKDAYS_RESIDUES, ENTITY_ANSWERS)}
+HELD_OUT = ("settings", "computed")
+"""What a split holds out: ``settings``, a fifth of the (count, day) and (queue, asked place) settings (the
+shipped ``weekdays`` and ``entity``); ``computed``, what the task computes from: (count mod 7, day) and
+(asked name, place) combinations (the seeded checkpoints ``weekdays-s*``, ``entity-s*``)."""
 
 
 # -- the splits, by value: public, for a third party's causal model or data over the toy models --------------
 
-def weekday_split(count: str, day: str) -> str:
+def weekday_split(count: str, day: str, held_out: str = "settings") -> str:
     """``"test"`` where the weekdays model never trained on this (count, day), else ``"train"``;
-    ``count`` is one of ``COUNTS`` ("1"-"27"), ``day`` one of ``DAYS``."""
-    return "test" if _weekday_test(COUNTS.index(str(count)), DAYS.index(day)) else "train"
+    ``count`` is one of ``COUNTS`` ("1"-"27"), ``day`` one of ``DAYS``; ``held_out="computed"``: the
+    seeded checkpoints' split, (count mod 7, day) held out."""
+    test = _weekday_residue_test if held_out == "computed" else _weekday_test
+    return "test" if test(COUNTS.index(str(count)), DAYS.index(day)) else "train"
 
 
-def entity_split(line: Sequence[str], place: str) -> str:
+def entity_split(line: Sequence[str], place: str, held_out: str = "settings") -> str:
     """``"test"`` where the entity model never trained on this queue (four of ``NAMES``) asked at ``place``
-    (one of ``ORDINALS``), else ``"train"``."""
-    return "test" if _entity_test(tuple(line), ORDINALS.index(place)) else "train"
+    (one of ``ORDINALS``), else ``"train"``; ``held_out="computed"``: the seeded checkpoints' split,
+    (asked name, place) held out."""
+    test = _entity_answer_test if held_out == "computed" else _entity_test
+    return "test" if test(tuple(line), ORDINALS.index(place)) else "train"
 
 
 def rows(task: str, n: int, split: str, seed: int = 0) -> list[dict]:
