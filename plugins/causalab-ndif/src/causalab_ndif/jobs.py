@@ -162,8 +162,8 @@ def run_jobs(points: list[Any], *, ledger: dict[str, dict[str, Any]],
         probe = finish(sent(left[:1]))
         done.append(probe)
         left = left[1:]
-        took = probe.runtime_s if probe.runtime_s is not None else time.time() - probe.submitted
-        sized = {"max_job_s": cap_s, "probe_points": 1, "probe_s": round(took, 3),
+        took = max(0.001, round(probe.runtime_s if probe.runtime_s is not None else time.time() - probe.submitted, 3))
+        sized = {"max_job_s": cap_s, "probe_points": 1, "probe_s": took,
                  "points_per_job": points_per_job(cap_s, took, 1)}
     per = sized["points_per_job"] if sized else max(1, len(left))
     fresh = [sent(left[i:i + per]) for i in range(0, len(left), per)]  # every one sent before any is waited for
