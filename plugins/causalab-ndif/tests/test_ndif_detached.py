@@ -188,3 +188,13 @@ def test_a_server_that_stops_answering_while_collecting_is_one_line(tmp_path):
                            "(ConnectError: ")
     assert line.endswith("; 1 job sent stays on the server, kept beside --out: --resume collects what finished")
     assert "\n" not in line
+
+
+def test_the_readme_options_table_names_every_option():
+    """The README's table of options is the engine's Options model: each field once, and nothing else."""
+    from causalab_ndif.engine import NdifOptions
+
+    text = (ROOT / "plugins/causalab-ndif/README.md").read_text()
+    table = text[text.index("## Options"):text.index("## run.json")]
+    named = [row.split("`")[1].split("=")[0] for row in table.splitlines() if row.startswith("| `")]
+    assert sorted(named) == sorted(NdifOptions.model_fields)
