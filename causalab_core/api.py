@@ -107,6 +107,8 @@ def run(
     progress: Callable[[Plan], Callable[[str], None] | None] | None = None,
     resume: bool = False,
     points_done: Callable[[int, int], None] | None = None,
+    workers: int | None = None,
+    ray_address: str | None = None,
 ) -> RunResult:
     """Compile, execute on ``engine``, score, and (with ``out``) write the output folder.
 
@@ -117,19 +119,23 @@ def run(
     With ``out``, the points run in chunks and each completed point is kept beside ``out``
     (:mod:`causalab_core.resume`); ``resume`` runs only the points an interrupted run did not finish.
     ``points_done(done, total)`` is called before the first chunk and after each one.
+    ``workers`` / ``ray_address`` (with ``out``): the chunks run on that many workers of a local Ray cluster, or on
+    the cluster at that address, through the installed chunk runner (``hookspecs.causalab_chunk_runner``).
     An exception inside plugin code (an engine, a featurizer, a metric...) is one `PluginError` naming it.
     """
     reg = registry or default_registry()
     with reg.boundary():
         return _run(reg, path, out=out, engine=engine, remote=remote, batch_size=batch_size,
                     device_map=device_map, data_root=data_root, force=force, options=options,
-                    progress=progress, resume=resume, points_done=points_done)
+                    progress=progress, resume=resume, points_done=points_done, workers=workers,
+                    ray_address=ray_address)
 
 
 def _run(reg: Registry, path: str | Path, *, out: str | Path | None, engine: str, remote: Remote,
          batch_size: int | None, device_map: str | None, data_root: str | Path | None, force: bool,
          options: dict[str, Any] | None, progress: Callable[[Plan], Callable[[str], None] | None] | None,
-         resume: bool, points_done: Callable[[int, int], None] | None) -> RunResult:
+         resume: bool, points_done: Callable[[int, int], None] | None, workers: int | None = None,
+         ray_address: str | None = None) -> RunResult:
     out_path = Path(out) if out is not None else None
     loaded = load_document(path, data_root, reg)
     if resume and out_path is None:
@@ -143,6 +149,7 @@ def _run(reg: Registry, path: str | Path, *, out: str | Path | None, engine: str
         check_out(out_path, force=force, protected=loaded.read_paths())
     engine_cls = reg.get("engine", engine, "--engine")
     chosen = engine_options(engine_cls, options)
+    chunks = chunk_runner(reg, workers, ray_address, out_path)
     remote = remote or engine_cls.runs_remote
     built = compile_document(loaded, reg)
     check_capabilities(engine_cls, built, remote)
@@ -173,11 +180,17 @@ def _run(reg: Registry, path: str | Path, *, out: str | Path | None, engine: str
         runner.details.update(store.state["details"])  # resumed: what the engine said before (a remote one's jobs)
         runner.store = store  # where an engine that sends jobs elsewhere keeps their ids (ndif)
         try:
-            run_kept(built, store, execute, lambda: runner.details, points_done)
+            if chunks is not None:  # before any point runs: a cluster that cannot start is one line
+                chunks.start(built, registry=reg, engine=engine, options=chosen.model_dump(mode="json"),
+                             batch_size=batch_size, device_map=device_map)
+            run_kept(built, store, execute, lambda: runner.details, points_done, chunks)
         except BaseException:
             if not store.done() and not store.remote_jobs():  # nothing kept, nothing to resume: no trace of the run
                 store.remove()
             raise
+        finally:
+            if chunks is not None:
+                chunks.close()
         record = record_for(store.state["details"])
         files = ordered_files(built, store, {"document.json": dump(built.document), "run.json": dump(record)})
         metrics = [MetricResult(point, m.name, json.loads(files[f"{point.name}/{m.name}.json" if point.name
@@ -191,17 +204,38 @@ def _run(reg: Registry, path: str | Path, *, out: str | Path | None, engine: str
     return RunResult(built, metrics, record, files, out_path)
 
 
+def chunk_runner(reg: Registry, workers: int | None, address: str | None, out: Path | None) -> Any:
+    """The installed chunk runner for ``--workers`` / ``--ray-address``, or None where neither is given."""
+    if workers is None and address is None:
+        return None
+    flag = "--workers" if workers is not None else "--ray-address"
+    if workers is not None and workers < 1:
+        raise EngineError(f"--workers must be 1 or more, got {workers}")
+    if out is None:
+        raise OutputError(f"{flag} needs --out: the chunks the workers finish are kept beside it")
+    runner = reg.pm.hook.causalab_chunk_runner(workers=workers, address=address)
+    if runner is None:
+        raise EngineError(f"{flag} needs a chunk runner plugin, and none is installed (pip install causalab-ray)")
+    return runner
+
+
 def run_kept(plan: Plan, store: Store, execute: Callable, details: Callable[[], dict[str, Any]],
-             points_done: Callable[[int, int], None] | None) -> None:
-    """Run the points ``store`` does not hold yet, a chunk at a time, keeping each completed point."""
+             points_done: Callable[[int, int], None] | None, chunks: Any = None) -> None:
+    """Run the points ``store`` does not hold yet, a chunk at a time, keeping each completed point.
+
+    ``chunks``: a chunk runner (``hookspecs.causalab_chunk_runner``) that runs the chunks elsewhere, several at a
+    time, and hands back each one's files as ``execute`` makes them; it sizes the chunks and keeps in ``details()``
+    what ran where. Its points are kept as each chunk comes back, in whatever order."""
     todo = [i for i in range(len(plan.points)) if i not in store.done()]
-    size = chunk_size(len(plan.points))
+    size = chunk_size(len(plan.points)) if chunks is None else chunks.chunk_size(len(plan.points))
     if points_done:
         points_done(len(plan.points) - len(todo), len(plan.points))  # what an interrupted run already kept
-    for start in range(0, len(todo), size):
-        chunk = todo[start:start + size]
-        _, _, files = execute(replace(plan, points=tuple(plan.points[i] for i in chunk)))
+    done, cut = len(plan.points) - len(todo), [todo[start:start + size] for start in range(0, len(todo), size)]
+    ran = ((chunk, execute(replace(plan, points=tuple(plan.points[i] for i in chunk)))[2]) for chunk in cut) \
+        if chunks is None else chunks.run(plan, cut, details())
+    for chunk, files in ran:
         for i in chunk:
             store.keep(i, point_files(plan.points[i], files), details())
+        done += len(chunk)
         if points_done:
-            points_done(len(plan.points) - len(todo) + start + len(chunk), len(plan.points))
+            points_done(done, len(plan.points))

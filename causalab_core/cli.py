@@ -116,6 +116,8 @@ def run(
     force: Annotated[bool, typer.Option(help="Replace a previous causalab output folder (never a folder with other files).")] = False,
     resume: Annotated[bool, typer.Option(help="Finish an interrupted run on --out: only the points it did not complete.")] = False,
     option: Annotated[Optional[list[str]], typer.Option(help="An option of the engine, KEY=VALUE (VALUE as JSON where it parses: true, 3, \"x\"); repeatable. E.g. ndif's allow_skew=true.")] = None,
+    workers: Annotated[Optional[int], typer.Option(help="Run the chunks on N workers of a local Ray cluster on 127.0.0.1 (one model load each, --device-map per worker; plugin causalab-ray). With --ray-address: N workers there (default: one per CPU of the cluster).")] = None,
+    ray_address: Annotated[Optional[str], typer.Option(help="Run the chunks on the Ray cluster at HOST:PORT instead of starting one (plugin causalab-ray).")] = None,
     verbose: Verbose = False,
 ) -> None:
     """Compile a document, run it on an engine, and write the output folder."""
@@ -130,7 +132,8 @@ def run(
             result = api.run(
                 document, out=out, engine=engine, batch_size=batch_size, device_map=device_map,
                 data_root=data_root, force=force, options=engine_options(option or []), progress=_progress_bar(progress),
-                resume=resume, points_done=None if err.is_terminal else _points_line(),
+                resume=resume, points_done=None if err.is_terminal else _points_line(), workers=workers,
+                ray_address=ray_address,
             )
         for rel in [*result.files, MANIFEST]:
             print(out / rel)

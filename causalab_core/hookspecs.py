@@ -113,3 +113,29 @@ def causalab_provenance(engine: str, remote: bool, plan: Any, details: dict[str,
     ``details`` (plain data it learned while running). A remote engine's plugin
     adds what it learned about the server here (e.g. ``server``, ``served_dtype``).
     """
+
+
+# -- where chunks run -------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def causalab_chunk_runner(workers: int | None, address: str | None) -> Any:
+    """Return a chunk runner for ``causalab run --workers N`` / ``--ray-address ADDRESS``, or None (causalab-ray's).
+
+    Called once per run that names either option (``api.run(workers=, ray_address=)``); core imports no cluster
+    library. The points still run in the chunks the resume store keeps (``api.run_kept``), only elsewhere:
+
+    - ``start(plan, *, registry, engine, options, batch_size, device_map)``: before any point runs, connect or start
+      the cluster, start the workers (each with its own local engine ``engine``, built with ``options`` as plain
+      data) and check them (a worker without the client's causalab distributions is refused); every refusal is
+      one ``CausalabError`` line.
+    - ``chunk_size(points)``: points per chunk.
+    - ``run(plan, chunks, details)``: run each chunk (a list of point indices of ``plan``) and yield
+      ``(chunk, files)`` as each finishes, in any order, ``files`` as ``results.output_files`` lays out the chunk's
+      sub-plan; keep in ``details`` (the run's engine details, run.json's source) what the workers' engines said
+      and where each chunk ran. A chunk whose worker died is run again elsewhere.
+    - ``close()``: stop what ``start`` started; called however the run ends.
+
+    The client keeps each chunk's points as they come and writes the folder in the fixed point order, so the
+    metric files are those of a one-process run.
+    """
