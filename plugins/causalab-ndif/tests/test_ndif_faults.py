@@ -97,8 +97,10 @@ def test_a_model_actor_that_stops_answering_is_bounded_by_the_timeout(ndif_serve
         for pid in stopped:
             os.kill(pid, signal.SIGCONT)
     assert code == 1
+    # The job was sent without a connection held open: it stays on the server, its id kept for --resume.
     assert line == (f"EngineError: the job on the NDIF server at {ndif_server.host} did not finish within 20 s (the "
-                    "server stopped answering, or the job is slower than that; --option timeout=SECONDS)"), text[-800:]
+                    "server stopped answering, or the job is slower than that; --option timeout=SECONDS); 1 job sent "
+                    "stays on the server, kept beside --out: --resume collects what finished"), text[-800:]
     assert seconds < 20 + 10  # the timeout counts from sending the job; then the client exits
     # The spinner's line was ended before the error: the error is a line of its own.
     assert text.endswith("\n" + line + "\n")
