@@ -358,6 +358,10 @@ class Metric:
 
     name: ClassVar[str]
     Params: ClassVar[type[BaseModel]] = NoParams
+    differentiable: ClassVar[bool] = False
+    """True where the metric is a smooth function of the answer columns' logits and the log-sum-exp (view
+    ``answers``) of the runs it reads: then a document may estimate it by attribution (``estimate``), which
+    hands ``compute`` first-order estimates of those logits. An argmax or a rank is not (IIA, answer_rank)."""
 
     def columns(self, params: BaseModel) -> tuple[str, ...]:
         """The data columns whose answer tokens this metric reads."""

@@ -17,6 +17,7 @@ from causalab_core.document.load import row_name
 from causalab_core.document.schema import ReadSpec, WriteSpec
 from causalab_core.errors import PlanError, echo
 from causalab_core.compiler.interventions import lowered
+from causalab_core.compiler.estimates import check_estimable, estimated
 from causalab_core.compiler.featurizers import TrainingRows, identity, train_rows, with_loaded_state
 from causalab_core.ir import (
     FeaturizerRef, Fit, MetricPlan, Plan, Point, PositionRecord, Read, Run, Scoring, Write,
@@ -378,7 +379,11 @@ class Compiler:
         return out
 
     def plan(self) -> Plan:
+        if self.doc.estimate is not None:
+            check_estimable(self.doc, self.registry, self.metric_params)
         built = tuple(self.point(name, values) for name, values in points(self.doc))
+        if self.doc.estimate is not None:
+            built = estimated(built, self.doc.estimate.method)
         runs = [st for p in built for st in p.steps if st.kind == "run"]
         requires = tuple(name for name, needed in (
             ("heads", any(s.site.component == "head" for st in runs for s in (*st.reads, *st.writes))),

@@ -244,6 +244,24 @@ class MetricSpec(BaseModel):
     input: Name | None = Field(None, description="Whose run is scored; by default the input the writes intervene on.")
 
 
+class ConfirmSpec(Frozen):
+    """Real patching of the points whose estimated effect is largest."""
+
+    top: int = Field(ge=1, le=10_000, description="How many points to patch for real: those whose estimated mean "
+                     "moves furthest from the clean run's.")
+    metric: Name | None = Field(None, description="The metric that ranks the points (default: the first).")
+
+
+class EstimateSpec(Frozen):
+    """Estimate each point's writes instead of running them (attribution patching, Nanda 2023; Kramar et al. 2024):
+    the first-order change of the scores, (written - clean) . d score / d activation, from one clean forward and
+    one backward per answer column of each input, for every point at once."""
+
+    method: Literal["attribution"]
+    confirm: ConfirmSpec | None = Field(None, description="Then patch the top points for real and report how well "
+                                        "the estimate agrees with patching on them.")
+
+
 ROLES = ("recipient", "donor")
 """Input names a read, write or metric may use under ``direction``."""
 
@@ -293,7 +311,7 @@ def with_roles(data: Any) -> Any:
 class Document(OptionalKeys):
     """An interchange-intervention experiment."""
 
-    OPTIONAL = ("columns", "direction")
+    OPTIONAL = ("columns", "direction", "estimate")
 
     version: Literal["2"]
     name: str | None = None
@@ -318,6 +336,10 @@ class Document(OptionalKeys):
     sweep: dict[Name, Annotated[list[Any], Field(min_length=1)]] = Field(
         {}, description="Axes: each maps to the values its `{\"sweep\": axis}` references take; points are the product, in axis order."
     )
+
+    estimate: EstimateSpec | None = Field(
+        None, description="Estimate the writes by attribution patching instead of running them (metrics with a "
+        "gradient only); `confirm` patches the top points for real.")
 
     @model_validator(mode="before")
     @classmethod

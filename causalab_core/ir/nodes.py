@@ -157,6 +157,10 @@ class Run:
     reads: tuple[Read, ...] = ()
     writes: tuple[Write, ...] = ()
     scoring: Scoring | None = None
+    estimate: str | None = None
+    """``attribution``: the engine does not run the writes; it estimates the scores they would give to first
+    order, (written - clean) . d score / d activation, from one clean forward and backward of ``input``
+    (``runtime.attribution``). The results are estimated scores, in the same keys as a run's."""
     kind: Literal["run"] = "run"
 
 
@@ -271,7 +275,7 @@ class Plan:
         return asdict(self, dict_factory=_plain_dict)
 
 
-OPTIONAL = ("intervention", "init_seed")
+OPTIONAL = ("intervention", "init_seed", "estimate")
 """Fields left out of a node's dict when absent: a plan that does not use them is the dict it was before they
 existed (``resume.plan_digest`` and ``causalab plan --json`` read it)."""
 

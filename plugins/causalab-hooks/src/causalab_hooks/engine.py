@@ -13,6 +13,7 @@ from causalab_core.ir import Fit, Plan, Run
 from causalab_core.runtime import (
     Batch, answer_scores, applier, as_heads, batches, featurizers_for, fit_featurizer, gather, joined, minibatch, put,
 )
+from causalab_core.runtime.attribution import estimate, gradients, probed_sites, site_key
 from causalab_core.runtime.positions import (
     UNSUPPORTED, CleanCaches, EagerAttention, decide, first_written_position, keys_values, last_position, prefix_cache,
     rows_per_batch, tail_batch, tail_output, trims_last_mlp, widened,
@@ -89,6 +90,7 @@ class Execution:
         if self.positions:
             return self.run_by_batch(progress)
         results: dict[str, dict[str, torch.Tensor]] = {}
+        pending: list = []
         stores: dict[str, dict] = {point.name: {} for point in self.plan.points}
         if self.optimize:
             self.record_shared_reads(stores)
@@ -100,6 +102,8 @@ class Execution:
                     results[step.path] = fitted[step.featurizer.name].state()
                 elif self.optimize and is_shared(step):
                     results[step.path] = {}
+                elif step.estimate is not None:
+                    pending.append((step, store, featurizers_for(step, fitted, self.classes)))
                 else:
                     swaps = featurizers_for(step, fitted, self.classes)
                     with torch.inference_mode():
@@ -109,7 +113,8 @@ class Execution:
             self.clean.release(index)
             if self.caches is not None:
                 self.caches.release(index)
-        return results
+        results.update(self.estimates(pending))
+        return {step.path: results[step.path] for step in self.plan.steps()}
 
     def run_by_batch(self, progress) -> dict[str, dict[str, torch.Tensor]]:
         """Position reuse: every point on one batch of rows, then the next batch, so the clean keys and values
@@ -122,6 +127,7 @@ class Execution:
                     fitted[point.name][step.featurizer.name] = self.fit(step)
                     results[step.path] = fitted[point.name][step.featurizer.name].state()
         parts: dict[str, list] = {}
+        pending: list = []
         count = len(next(iter(self.batches.values())))
         for b in range(count):
             stores: dict[str, dict] = {point.name: {} for point in self.plan.points}
@@ -132,18 +138,51 @@ class Execution:
                 for step in point.steps:
                     if step.kind == "fit" or (self.optimize and is_shared(step)):
                         continue
+                    if step.estimate is not None:
+                        pending.append((step, store, featurizers_for(step, fitted[point.name], self.classes), b))
+                        continue
                     swaps = featurizers_for(step, fitted[point.name], self.classes)
                     with torch.inference_mode():
                         parts.setdefault(step.path, []).append(
                             self.score(step, store, swaps, self.batches[step.input][b:b + 1]))
                 self.clean.release(index)
                 self.caches.release(index)
+        for b in range(count):
+            for path, found in self.estimates([item[:3] for item in pending if item[3] == b], b).items():
+                parts.setdefault(path, []).append(found)
         for step in self.plan.steps():
             if step.kind == "run":
                 results[step.path] = joined(parts.get(step.path, []))
             if progress:
                 progress(step.path)
         return {step.path: results[step.path] for step in self.plan.steps()}
+
+    def estimates(self, pending: list, b: int | None = None) -> dict[str, dict[str, torch.Tensor]]:
+        """Every estimated run in ``pending`` ((step, store, featurizers) each), on every batch (or batch ``b``):
+        per input, one clean forward with a probe at each written site and a backward per score
+        (``runtime.attribution``), then each run's estimate from them."""
+        groups: dict[tuple, list] = {}
+        for item in pending:
+            groups.setdefault((item[0].input, item[0].scoring.columns), []).append(item)
+        parts: dict[str, list] = {}
+        for (input_name, _), items in groups.items():
+            sites = probed_sites([step for step, _, _ in items])
+            for batch in self.batches[input_name] if b is None else self.batches[input_name][b:b + 1]:
+                span = slice(batch.start, batch.stop)
+                tensors: dict = {}
+                handles = gradient_hooks(self.model, self.plan.model.layers_path, sites, tensors)
+                try:
+                    with torch.enable_grad():
+                        out = plain_forward(self.model, batch)
+                        clean, grads = gradients(out.logits[:, -1, :], items[0][0].scoring, span, tensors)
+                finally:
+                    for h in handles:
+                        h.remove()
+                values = {key: t.detach() for key, t in tensors.items()}
+                for step, store, swaps in items:
+                    parts.setdefault(step.path, []).append(
+                        estimate(step, span, batch.offsets, clean, values, grads, store, swaps))
+        return {path: joined(found) for path, found in parts.items()}
 
     def record_shared_reads(self, stores, b: int | None = None) -> None:
         """One forward per batch (or for batch ``b`` alone) per input for every point's read-only runs."""
@@ -288,6 +327,28 @@ def last_position_mlp(mlp, length: int) -> list:
     return [mlp.register_forward_pre_hook(lambda mod, args, kwargs: _replace_input(args, kwargs, last_position),
                                           with_kwargs=True),
             mlp.register_forward_hook(lambda mod, args, output: widened(output, length))]
+
+
+def gradient_hooks(model, layers_path: str, sites, tensors: dict) -> list:
+    """Hooks for ``runtime.attribution``: the first block's input made to require grad (the weights do not),
+    and each site's tensor kept in ``tensors``, unchanged."""
+    def kept(key):
+        def edit(hidden):
+            tensors[key] = hidden
+            return hidden
+        return edit
+
+    first = model.get_submodule(layers_path)[0]
+    handles = [first.register_forward_pre_hook(
+        lambda mod, args, kwargs: _replace_input(args, kwargs, lambda h: h.requires_grad_(True)), with_kwargs=True)]
+    for site in sites:
+        module, edit = model.get_submodule(site.module), kept(site_key(site))
+        if site.tensor == "output":
+            handles.append(module.register_forward_hook(lambda mod, args, output, edit=edit: _replace_first(output, edit)))
+        else:
+            handles.append(module.register_forward_pre_hook(
+                lambda mod, args, kwargs, edit=edit: _replace_input(args, kwargs, edit), with_kwargs=True))
+    return handles
 
 
 def _record_clean(outputs, block: int, output, last: bool):

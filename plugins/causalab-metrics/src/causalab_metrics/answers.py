@@ -78,6 +78,7 @@ class LogitDiff(Metric):
 
     name = "logit_diff"
     Params = LogitDiffParams
+    differentiable = True
 
     def columns(self, params: LogitDiffParams) -> tuple[str, ...]:
         return (params.target, params.other)
@@ -98,6 +99,7 @@ class PAnswer(Metric):
 
     name = "p_answer"
     Params = PAnswerParams
+    differentiable = True
 
     def columns(self, params: PAnswerParams) -> tuple[str, ...]:
         return (params.answer,)
@@ -105,3 +107,17 @@ class PAnswer(Metric):
     def compute(self, params: PAnswerParams, inputs: MetricInputs) -> MetricValues:
         p = (inputs.column(params.answer) - inputs.logsumexp).exp()
         return mean_over_eligible(p.tolist(), inputs.eligible)
+
+
+class LogProb(Metric):
+    """Log-probability (log-softmax over the whole vocabulary) of one answer column's token, in nats."""
+
+    name = "logprob"
+    Params = PAnswerParams
+    differentiable = True
+
+    def columns(self, params: PAnswerParams) -> tuple[str, ...]:
+        return (params.answer,)
+
+    def compute(self, params: PAnswerParams, inputs: MetricInputs) -> MetricValues:
+        return mean_over_eligible((inputs.column(params.answer) - inputs.logsumexp).tolist(), inputs.eligible)

@@ -72,6 +72,7 @@ class NormalizedLogitDiff(Metric):
 
     name = "normalized_logit_diff"
     Params = LogitDiffParams
+    differentiable = True
 
     def columns(self, params: LogitDiffParams) -> tuple[str, ...]:
         return (params.target, params.other)

@@ -18,6 +18,7 @@ from causalab_core.runtime.positions import (
     UNSUPPORTED, CleanCaches, EagerAttention, first_written_position, keys_values, last_position, prefix_cache,
     rows_per_batch, tail_batch, tail_output, trims_last_mlp, widened,
 )
+from causalab_core.runtime.attribution import estimate, gradients, probed_sites, site_key
 from causalab_core.runtime.reuse import CleanPrefixes, first_written_layer, is_shared, shared_reads, split_shared
 from causalab_nnterp.sites import by_nnterp_name
 
@@ -154,6 +155,29 @@ def run_step(model, chosen, step, store, featurizers, labels=None, site_tensor=b
     return joined(scored)
 
 
+def estimates(model, batch_list, items, layers_path, site_tensor=by_nnterp_name):
+    """The estimated runs ``items`` ((step, store, featurizers) each, one input and scoring) on ``batch_list``:
+    per batch one clean trace, its first block's input made to require grad and the scores' gradients at each
+    written site taken inside it (``runtime.attribution``), then each run's estimate.
+    Returns ``{step path: [scores per batch]}``."""
+    sites, scoring = probed_sites([step for step, _, _ in items]), items[0][0].scoring
+    parts = {}
+    for batch in batch_list:
+        span = slice(batch.start, batch.stop)
+        tensors = {}
+        with model.trace(batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,
+                         use_cache=False, logits_to_keep=1):
+            block_envoy(model, layers_path, 0, site_tensor).input.requires_grad_(True)
+            for site in sites:
+                tensors[site_key(site)] = site_tensor(model, site)
+            clean, grads = gradients(model.output.logits[:, -1, :], scoring, span, tensors)
+        values = {key: t.detach() for key, t in tensors.items()}
+        for step, store, featurizers in items:
+            parts.setdefault(step.path, []).append(
+                estimate(step, span, batch.offsets, clean, values, grads, store, featurizers))
+    return parts
+
+
 def fit(model, step, classes, site_tensor=by_nnterp_name):
     """Train a featurizer (a plan's Fit step) inside the session; its state comes home in the results."""
     model.requires_grad_(False)
@@ -195,7 +219,7 @@ def run_plan(model, plan, batch_size, classes, site_tensor=by_nnterp_name, *, op
     rounds = [slice(b, b + 1) for b in range(len(next(iter(all_batches.values()))))] if positions else [slice(None)]
     parts = {}
     for chosen in rounds:
-        stores = {point.name: {} for point in plan.points}
+        stores, pending = {point.name: {} for point in plan.points}, []
         if optimize:
             for input_name, merged in shared_reads(plan.points).items():
                 found = {}
@@ -215,6 +239,9 @@ def run_plan(model, plan, batch_size, classes, site_tensor=by_nnterp_name, *, op
                     results[step.path] = {}
                     continue
                 featurizers = featurizers_for(step, fitted[point.name], classes)
+                if step.estimate is not None:  # after every point's reads: one gradient pass per input
+                    pending.append((step, store, featurizers))
+                    continue
                 with torch.no_grad():
                     parts.setdefault(step.path, []).append(run_step(
                         model, all_batches[step.input][chosen], step, store, featurizers, site_tensor=site_tensor,
@@ -223,6 +250,13 @@ def run_plan(model, plan, batch_size, classes, site_tensor=by_nnterp_name, *, op
                 prefixes.release(index)
             if caches is not None:
                 caches.release(index)
+        groups = {}
+        for item in pending:
+            groups.setdefault((item[0].input, item[0].scoring.columns), []).append(item)
+        for (input_name, _), items in groups.items():
+            for path, found in estimates(model, all_batches[input_name][chosen], items, plan.model.layers_path,
+                                             site_tensor).items():
+                parts.setdefault(path, []).extend(found)
     for path, found in parts.items():
         results[path] = joined(found)
     return {step.path: results[step.path] for step in plan.steps()}

@@ -1,0 +1,50 @@
+"""A document's ``estimate``: its intervened runs marked for attribution patching, and what cannot be estimated."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from causalab_core.errors import PlanError
+from causalab_core.ir import Point
+
+
+def differentiable_kinds(registry: Any) -> list[str]:
+    return sorted(name for name, cls in registry.components("metric").items() if cls.differentiable)
+
+
+def check_estimable(doc: Any, registry: Any, metric_params: dict[str, Any]) -> None:
+    """Refuse, in one line naming the JSON path, what attribution cannot estimate: a metric with no gradient
+    (an argmax, a rank) or one reading more of a run than its answer logits; a read of an intervened run."""
+    works = ", ".join(differentiable_kinds(registry))
+    for name, metric in doc.metrics.items():
+        cls = registry.get("metric", metric.kind)
+        needs = cls().needs(metric_params[name])
+        if not cls.differentiable:
+            raise PlanError(f"$.metrics.{name}: metric kind {metric.kind!r} has no gradient, so "
+                            f"$.estimate cannot estimate it (metrics that work: {works})")
+        wide = sorted({v for views in needs.values() for v in views} - {"answers"})
+        if wide:
+            raise PlanError(f"$.metrics.{name}: metric kind {metric.kind!r} reads the view {wide[0]!r}, which "
+                            f"$.estimate does not estimate (metrics that work: {works})")
+    written = {w.input for w in doc.writes.values()}
+    for name, read in doc.reads.items():
+        if read.input in written:
+            raise PlanError(f"$.reads.{name}: reads input {read.input!r}, whose run $.estimate estimates "
+                            "instead of running: there is no intervened activation to read")
+    if doc.estimate.confirm is not None and doc.estimate.confirm.metric not in (None, *doc.metrics):
+        raise PlanError(f"$.estimate.confirm.metric: {doc.estimate.confirm.metric!r} is not one of $.metrics "
+                        f"({', '.join(doc.metrics)})")
+
+
+def estimated(points: tuple[Point, ...], method: str) -> tuple[Point, ...]:
+    """Each point's intervened runs (those that write) marked ``estimate=method``."""
+    return tuple(replace(point, steps=tuple(
+        replace(step, estimate=method) if step.kind == "run" and step.writes else step for step in point.steps))
+        for point in points)
+
+
+def patched(points: tuple[Point, ...]) -> tuple[Point, ...]:
+    """The same points, run for real."""
+    return tuple(replace(point, steps=tuple(
+        replace(step, estimate=None) if step.kind == "run" else step for step in point.steps)) for point in points)

@@ -1,0 +1,107 @@
+"""Attribution patching: every estimated run of an input from one clean forward and one backward per score.
+
+A run a document estimates (``Run.estimate``) is not run. Its scores, the answer columns' logits and the
+log-sum-exp, are estimated to first order around the clean run of its input:
+
+    score(written) ~ score(clean) + sum over its writes of (written - clean) . d score / d activation
+
+where ``written`` is what the write would put at its site (``interventions.put``, any kind, through a
+featurizer) and the gradient is taken on the clean run. One forward of an input's rows, its first block's
+input made to require grad (the weights are frozen), and one backward per answer column and one for the
+log-sum-exp give the gradient at every site some estimated run writes, at once: a sweep of any size costs
+that, then a dot product per point. Nothing in the forward is changed, so its values are the clean run's.
+
+Engines keep each written site's tensor from that forward (``site_key``), call ``gradients`` on its last-token
+logits inside their pass, then ``estimate`` per run. Imported inside a remote block: module-level functions
+only, torch only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from causalab_core.runtime.featurizers import applier
+from causalab_core.runtime.interventions import put
+from causalab_core.runtime.scores import answer_scores
+from causalab_core.runtime.windows import SITE_ORDER, as_heads, window_index
+
+
+def estimated_runs(points, input_name: str | None = None) -> list:
+    """The plan's runs it estimates (of one input, if named), in plan order."""
+    return [step for point in points for step in point.steps
+            if step.kind == "run" and step.estimate is not None and input_name in (None, step.input)]
+
+
+def probed_sites(steps) -> list:
+    """One site per (module, tensor) the estimated ``steps`` write, in the order a forward reaches them (a head's
+    site stands for its module's whole tensor: every head of it is one probe)."""
+    sites = {}
+    for step in steps:
+        for write in step.writes:
+            sites.setdefault((write.site.module, write.site.tensor), write.site)
+    return sorted(sites.values(), key=lambda s: (s.layer, SITE_ORDER[s.component], s.module))
+
+
+def site_key(site) -> tuple:
+    return (site.module, site.tensor)
+
+
+def gradients(last_logits: torch.Tensor, scoring, span: slice, tensors: dict) -> tuple[dict, list[dict]]:
+    """The clean scores (``answer_scores``) and, per score (each answer column, then the log-sum-exp), its
+    gradient at every site's tensor (by site key), summed over rows: rows do not mix, so row r's part is its own."""
+    last = last_logits.float()
+    ids = torch.tensor(scoring.token_ids[span], dtype=torch.long, device=last.device)
+    scores = [*last.gather(1, ids).sum(0).unbind(0), last.logsumexp(-1).sum()]
+    keys, inputs = list(tensors), list(tensors.values())
+    grads = []
+    for k, score in enumerate(scores):
+        found = torch.autograd.grad(score, inputs, retain_graph=k < len(scores) - 1, allow_unused=True)
+        grads.append({key: torch.zeros_like(t) if g is None else g.detach() for key, t, g in zip(keys, inputs, found)})
+    return answer_scores(last.detach(), scoring.token_ids[span]), grads
+
+
+def estimate(step, span: slice, offsets, clean: dict, values: dict, grads: list, store,
+             featurizers) -> dict[str, torch.Tensor]:
+    """The estimated scores of ``step`` on rows ``span``: the clean scores plus, for each write, the change it
+    makes at its window dotted with each score's gradient there.
+
+    ``values``/``grads``: per site key, the clean tensor and (per score) its gradient; ``featurizers``: what
+    ``featurizers.featurizers_for`` hands a run of ``step`` (featurizers, and custom interventions' instances)."""
+    change = torch.zeros(span.stop - span.start, len(grads), dtype=torch.float64)
+    for write in step.writes:
+        key = site_key(write.site)
+        x = as_heads(values[key], write.site)
+        with torch.no_grad():
+            delta, at = written_change(x, write, span, offsets, store, featurizers[write.name],
+                                       featurizers.get(applier(write)))
+        for k, per_site in enumerate(grads):
+            g = at(as_heads(per_site[key], write.site))
+            change[:, k] += (delta.double() * g.double()).flatten(1).sum(1).cpu()
+    columns = clean["answer_logits"].shape[1]
+    return {"answer_logits": (clean["answer_logits"].double() + change[:, :columns]).float(),
+            "logsumexp": (clean["logsumexp"].double() + change[:, columns]).float()}
+
+
+def written_change(x: torch.Tensor, write, span: slice, offsets, store, featurizer, custom):
+    """(what ``write`` puts at its windows) - ``x`` there, and a function taking another tensor of ``x``'s shape
+    to the same positions. Windows of one width are gathered first, so only they are copied."""
+    windows = write.windows[span]
+    index = window_index(windows, offsets)
+    if index is None:  # ragged windows: the whole tensor
+        written = x.clone()
+        put(written, write, span, offsets, store, featurizer, custom)
+        return written - x, lambda t: t
+    rows, cols = index
+    compact = x[rows, cols]
+    width = cols.shape[1]
+    local = _windows_from_zero(write, width)
+    written = compact.clone()
+    put(written, local, span, (0,) * len(windows), store, featurizer, custom)
+    return written - compact, lambda t: t[rows, cols]
+
+
+def _windows_from_zero(write, width: int):
+    """``write`` with every row's window at positions ``0..width-1``: the same write on the gathered windows."""
+    return replace(write, windows=(tuple(range(width)),) * len(write.windows))
