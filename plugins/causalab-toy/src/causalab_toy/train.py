@@ -79,6 +79,8 @@ def train(name: str, out: Path, steps: int | None = None, seed: int | None = Non
     steps = spec["steps"] if steps is None else steps
     seed = spec.get("seed", 0) if seed is None else seed
     torch.manual_seed(seed)
+    # As the loss nears zero the gradients turn subnormal, and on some CPUs each step then takes 10-100x
+    # longer (weekdays stalled near step 1000): flush them to zero while training.
     tokenizer = word_level_tokenizer(tasks.TASKS[spec["task"]].words)
     model = new_model(spec["arch"], tokenizer, spec["layers"], spec["width"], spec["heads"])
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec["lr"], weight_decay=0.01)
@@ -86,17 +88,21 @@ def train(name: str, out: Path, steps: int | None = None, seed: int | None = Non
     rng = random.Random(f"{name}-{seed}")
     started = time.time()
     model.train()
-    for step in range(steps):
-        rows = [tasks.TASKS[spec["task"]].pair(rng, False) for _ in range(BATCH // 2)]
-        ids, targets = encode(tokenizer, *examples(rows))
-        logits = model(input_ids=ids, logits_to_keep=1).logits[:, -1]
-        loss = torch.nn.functional.cross_entropy(logits, targets)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        schedule.step()
-        if step % 250 == 0 or step == steps - 1:
-            log(f"{name} step {step:5d} loss {loss.item():.4f} ({time.time() - started:.0f} s)", flush=True)
+    torch.set_flush_denormal(True)  # restored below: tests train in-process beside other tests
+    try:
+        for step in range(steps):
+            rows = [tasks.TASKS[spec["task"]].pair(rng, False) for _ in range(BATCH // 2)]
+            ids, targets = encode(tokenizer, *examples(rows))
+            logits = model(input_ids=ids, logits_to_keep=1).logits[:, -1]
+            loss = torch.nn.functional.cross_entropy(logits, targets)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+            if step % 250 == 0 or step == steps - 1:
+                log(f"{name} step {step:5d} loss {loss.item():.4f} ({time.time() - started:.0f} s)", flush=True)
+    finally:
+        torch.set_flush_denormal(False)
     facts = {
         "name": name, **spec, "steps": steps, "seed": seed, "batch": BATCH,
         "test_accuracy": accuracy(model, tokenizer, spec["task"]),
