@@ -1,0 +1,113 @@
+"""Reaching a Ray cluster: one started on 127.0.0.1 for the run, or an existing one at an address.
+
+Every way this fails is one ``EngineError`` line, before any point runs: a
+cluster that cannot start, an address where nothing answers, a cluster whose Ray
+or Python version this client cannot talk to. Ray is told to keep to loopback
+(``_node_ip_address``), to send no usage report (``RAY_USAGE_STATS_ENABLED=0``)
+and to start no dashboard; a cluster started here keeps its session files in its
+own temporary folder, removed when the run ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import socket
+import tempfile
+from dataclasses import dataclass
+
+from causalab_core.errors import EngineError, clip, echo
+
+LOOPBACK = "127.0.0.1"
+SINGLE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+@dataclass
+class Cluster:
+    """The cluster a run uses. ``owned``: this run called ``ray.init`` (and so shuts it down)."""
+
+    address: str
+    owned: bool
+    temp_dir: str | None = None
+
+    def close(self) -> None:
+        import ray
+
+        if self.owned and ray.is_initialized():
+            ray.shutdown()
+        if self.temp_dir:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+def _quiet() -> None:
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # Ray would otherwise report usage to an outside address
+
+
+def start_local(cpus: int | None = None, temp_dir: str | None = None) -> Cluster:
+    """Start a Ray cluster in this process on 127.0.0.1 (``cpus``: what it offers, default this machine's)."""
+    _quiet()
+    # Ray takes 127.0.0.1 as "this machine" and binds its outside address instead, except in its one-machine
+    # mode (where clusters are off: Windows and macOS by default); that mode is read when ray is imported, and
+    # the processes the cluster starts inherit it. Put back once the cluster is up: it decides nothing later.
+    before = os.environ.get(SINGLE)
+    os.environ[SINGLE] = "0"
+    import ray
+    from ray._private import ray_constants
+
+    cluster_mode, ray_constants.ENABLE_RAY_CLUSTER = ray_constants.ENABLE_RAY_CLUSTER, False
+    made = temp_dir is None
+    temp_dir = temp_dir or tempfile.mkdtemp(prefix="causalab-ray-")
+    try:
+        context = ray.init(address="local", num_cpus=cpus, include_dashboard=False, _node_ip_address=LOOPBACK,
+                           _temp_dir=temp_dir, log_to_driver=False, logging_level=logging.ERROR,
+                           configure_logging=True)
+    except Exception as exc:  # noqa: BLE001 (whatever Ray raised, said in one line)
+        if made:
+            shutil.rmtree(temp_dir, ignore_errors=True)
+        raise EngineError(f"--workers: cannot start a local Ray cluster: {_said(exc)}") from exc
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = cluster_mode
+        if before is None:
+            os.environ.pop(SINGLE, None)
+        else:
+            os.environ[SINGLE] = before
+    return Cluster(context.address_info["gcs_address"], owned=True, temp_dir=temp_dir if made else None)
+
+
+def connect(address: str | None) -> Cluster:
+    """The cluster at ``address``, or a new local one; where this process is connected already, that one."""
+    _quiet()
+    import ray
+
+    if ray.is_initialized():  # the caller's own cluster (a notebook's, a test session's): used, left running
+        return Cluster(ray.get_runtime_context().gcs_address, owned=False)
+    if address is None:
+        return start_local()
+    where = f"--ray-address {echo(address)}"
+    host, sep, port = address.rpartition(":")
+    if sep and port.isdigit() and "//" not in host:  # HOST:PORT: is anything there? (Ray would retry for a minute)
+        try:
+            socket.create_connection((host, int(port)), timeout=5).close()
+        except OSError as exc:
+            raise EngineError(f"{where}: no Ray cluster answers there ({exc.strerror or exc})") from None
+    try:
+        ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR, configure_logging=True)
+    except Exception as exc:  # noqa: BLE001
+        raise EngineError(f"{where}: {_said(exc)}") from exc
+    return Cluster(address, owned=True)
+
+
+def _said(exc: BaseException) -> str:
+    """Ray's error in one line; a version mismatch as the two versions on each side."""
+    text = str(exc)
+    found = re.search(r"started with:\s*Ray: (\S+)\s*Python: (\S+)\s*This process on .*? was started with:\s*"
+                      r"Ray: (\S+)\s*Python: (\S+)", text, re.S)
+    if "Version mismatch" in text and found:
+        ray_c, py_c, ray_here, py_here = found.groups()
+        return (f"the cluster runs Ray {ray_c} on Python {py_c}, this client Ray {ray_here} on Python {py_here}; "
+                "Ray talks only to its own version: install the cluster's on the client (or start the cluster "
+                "with the client's)")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return clip(f"{type(exc).__name__}: {lines[-1] if lines else ''}")

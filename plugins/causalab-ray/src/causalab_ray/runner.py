@@ -1,0 +1,175 @@
+"""The chunk runner: a sweep's chunks on the workers of a Ray cluster, each chunk's files back to the client.
+
+``api.run_kept`` cuts the points into chunks (sized by :meth:`RayChunks.chunk_size`)
+and keeps each chunk's points in the resume store as it comes back; the client
+writes the folder in the fixed point order, so the metric files are a one-process
+run's. A worker that dies (its process killed, its node lost) costs the chunk it
+was running: that chunk runs again on a worker still alive, with one warning line.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+from causalab_core.errors import CausalabError, EngineError, clip
+from causalab_core.resume import CHUNKS, MIN_CHUNK
+
+START_S = 120
+"""How long the workers may take to start and answer (an import of torch each; longer on a loaded machine)."""
+
+
+def span(chunk: list[int]) -> str:
+    """A chunk's point indices as run.json says them: ``0-11``, or ``0-3,8-11`` where a resume left gaps."""
+    parts, start = [], chunk[0]
+    for prev, cur in zip(chunk, [*chunk[1:], None]):
+        if cur != prev + 1:
+            parts.append(f"{start}-{prev}" if prev != start else str(start))
+            start = cur
+    return ",".join(parts)
+
+
+class RayChunks:
+    """``--workers N`` (a local cluster on 127.0.0.1) or ``--ray-address ADDRESS`` (N workers there, default one
+    per GPU of the cluster, else one per CPU). Each worker takes an equal share of the cluster's CPUs (its torch
+    threads) and, where the cluster has a GPU per worker, one GPU: ``--device-map`` is each worker's."""
+
+    def __init__(self, workers: int | None, address: str | None):
+        self.asked, self.address = workers, address
+        self.cluster = None
+        self.actors: list[Any] = []
+        self.about: list[dict[str, Any]] = []
+
+    # -- before any point runs ------------------------------------------------------------------------------
+
+    def start(self, plan: Any, *, registry: Any, engine: str, options: dict[str, Any], batch_size: int | None,
+              device_map: str | None) -> None:
+        if registry.get("engine", engine).runs_remote:
+            raise EngineError(f"--workers runs a local engine on each worker (hooks, nnterp); engine {engine!r} "
+                              "sends its work to a server")
+        from causalab_ray import cluster
+
+        self.cluster = cluster.connect(self.address)
+        import ray
+
+        from causalab_ray.worker import ChunkWorker
+
+        resources = ray.cluster_resources()
+        cpus, gpus = resources.get("CPU", 1.0), resources.get("GPU", 0.0)
+        n = self.asked or max(1, int(gpus) or int(cpus))
+        # An equal share of the CPUs each (a fraction where there are more workers than CPUs), and a GPU each
+        # where there are enough (else an equal share of them).
+        share = math.floor(cpus / n) if cpus >= n else cpus / n
+        each_gpu = 1 if gpus >= n else gpus / n
+        actor = ray.remote(ChunkWorker).options(num_cpus=share, num_gpus=each_gpu, max_restarts=0,
+                                                max_task_retries=0)
+        threads = max(1, math.floor(share))
+        self.actors = [actor.remote(engine, options, device_map, batch_size, threads) for _ in range(n)]
+        self.about = self._wait([a.about.remote() for a in self.actors], "start")
+        for info in self.about:
+            info["threads"] = threads
+        self._preflight(registry)
+        shared = ray.put(plan)  # the plan travels once, as data; each chunk as its point indices
+        self._wait([a.setup.remote(shared) for a in self.actors], "take the plan")
+
+    def _wait(self, refs: list[Any], what: str) -> list[Any]:
+        import ray
+        from ray.exceptions import GetTimeoutError, RayError
+
+        try:
+            return ray.get(refs, timeout=START_S)
+        except GetTimeoutError:
+            raise EngineError(f"{self._where()}: the {len(refs)} Ray workers did not {what} within {START_S} s "
+                              f"(the cluster offers {ray.cluster_resources().get('CPU', 0):g} CPUs)") from None
+        except RayError as exc:
+            raise self._failure(exc, f"a Ray worker could not {what}") from exc
+
+    def _preflight(self, registry: Any) -> None:
+        """Every worker has this client's causalab: the same distributions, versions and source digests (the
+        trained featurizers' files carry the combined digest, and every number comes from that code)."""
+        mine = {p.distribution: {"version": p.version, "digest": p.digest} for p in registry.distributions()}
+        for info in self.about:
+            theirs = info["causalab"]
+            skew = [f"{name} (client {_said(mine.get(name))}, worker {_said(theirs.get(name))})"
+                    for name in sorted(set(mine) | set(theirs)) if mine.get(name) != theirs.get(name)]
+            if skew:
+                raise EngineError(f"{self._where()}: the Ray worker on {info['node']} (pid {info['pid']}) does not "
+                                  f"have this client's causalab: {'; '.join(skew)}; install the same causalab and "
+                                  "plugins on every node")
+
+    def _where(self) -> str:
+        return f"--ray-address {self.address}" if self.address else f"--workers {self.asked}"
+
+    # -- the run --------------------------------------------------------------------------------------------
+
+    def chunk_size(self, points: int) -> int:
+        """Points per chunk: a multiple of the workers' count of chunks, at least ``resume.CHUNKS`` of them, so
+        the last round keeps every worker busy; never under ``resume.MIN_CHUNK`` points (each chunk repeats
+        the clean and counterfactual forwards its points share) unless that would leave a worker idle."""
+        n = max(1, len(self.actors))
+        chunks = n * math.ceil(CHUNKS / n)
+        return max(1, min(MIN_CHUNK, math.ceil(points / n)), math.ceil(points / chunks))
+
+    def run(self, plan: Any, chunks: list[list[int]], details: dict[str, Any]) -> Iterator[tuple[list[int], dict]]:
+        import ray
+        from ray.exceptions import RayActorError, RayError
+
+        kept = details.setdefault("ray", {"workers": [], "chunks": []})
+        first = len(kept["workers"])  # a resumed run's workers are numbered after the interrupted run's
+        kept["workers"].extend({k: info[k] for k in ("node", "host", "pid", "threads", "gpus", "arithmetic")}
+                               | {"cluster": self.cluster.address} for info in self.about)
+        number = {id(a): first + i for i, a in enumerate(self.actors)}
+        queue, idle, running = deque(chunks), list(self.actors), {}
+        while queue or running:
+            while queue and idle:
+                worker, chunk = idle.pop(0), queue.popleft()
+                running[worker.run.remote(chunk)] = (worker, chunk)
+            [ref], _ = ray.wait(list(running), num_returns=1)
+            worker, chunk = running.pop(ref)
+            try:
+                files, said = ray.get(ref)
+            except RayActorError as exc:
+                self.actors.remove(worker)
+                info = kept["workers"][number[id(worker)]]
+                kept["chunks"].append({"points": span(chunk), "worker": number[id(worker)], "died": True})
+                if not self.actors:
+                    raise EngineError(f"{self._where()}: every Ray worker died (the last, pid {info['pid']} on "
+                                      f"{info['node']}, running points {span(chunk)}); the points kept so far "
+                                      "stay for --resume") from exc
+                print(f"causalab: Ray worker {number[id(worker)]} (pid {info['pid']} on {info['node']}) died running "
+                      f"points {span(chunk)}; they run again on another worker", file=sys.stderr, flush=True)
+                queue.appendleft(chunk)
+                continue
+            except RayError as exc:
+                raise self._failure(exc, f"points {span(chunk)}") from exc
+            idle.append(worker)
+            details.update(said)
+            kept["chunks"].append({"points": span(chunk), "worker": number[id(worker)]})
+            yield chunk, files
+
+    def _failure(self, exc: BaseException, what: str) -> CausalabError:
+        """A worker's error: a causalab one as it was raised there (one line), anything else in one line."""
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, CausalabError):
+            return cause
+        shown = cause if isinstance(cause, BaseException) else exc
+        lines = [line.strip() for line in str(shown).splitlines() if line.strip()]
+        return EngineError(clip(f"{self._where()}: {what}: {type(shown).__name__}: {lines[-1] if lines else ''}"))
+
+    def close(self) -> None:
+        import ray
+
+        if ray.is_initialized():
+            for worker in self.actors:
+                ray.kill(worker, no_restart=True)
+        self.actors = []
+        if self.cluster is not None:
+            self.cluster.close()
+            self.cluster = None
+
+
+def _said(entry: dict[str, str] | None) -> str:
+    return "not installed" if entry is None else f"{entry['version']} {entry['digest'][:12]}"
