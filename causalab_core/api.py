@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from causalab_core.causal import rows_digest
 from causalab_core.compiler import compile_document
+from causalab_core.confirm import confirm, estimate_record
 from causalab_core.contracts import HERE, Remote
 from causalab_core.document import LoadedDocument, load_document
 from causalab_core.errors import EngineError, OutputError, clip, echo, shorten
@@ -161,6 +162,8 @@ def _run(reg: Registry, path: str | Path, *, out: str | Path | None, engine: str
         record = run_record(reg, engine=engine, remote=remote, batch_size=batch_size, plan=built, details=details)
         # Which rows were scored (a causal model's record says already): `causalab compare` tells data apart by it.
         record.setdefault("data", {"rows": len(loaded.rows), "sha256": rows_digest(loaded.rows)})
+        if (estimate := estimate_record(built)) is not None:
+            record["estimate"] = estimate
         return record
 
     def execute(plan: Plan) -> tuple[list[MetricResult], dict[str, Any], dict[str, bytes]]:
@@ -196,6 +199,8 @@ def _run(reg: Registry, path: str | Path, *, out: str | Path | None, engine: str
         metrics = [MetricResult(point, m.name, json.loads(files[f"{point.name}/{m.name}.json" if point.name
                                                                  else f"{m.name}.json"]))
                    for point in built.points for m in point.metrics]
+    if built.document.get("estimate", {}).get("confirm"):  # the top estimated points patched for real
+        metrics, files, record = confirm(built, metrics, files, record, execute)
     if loaded.generated:  # the rows a causal model generated, as the run used them
         files["data.jsonl"] = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in loaded.rows).encode()
     if out_path is not None:

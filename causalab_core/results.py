@@ -152,6 +152,7 @@ def score(plan: Plan, outputs: dict[str, dict[str, Any]], registry: Registry) ->
             if (problem := values_problem(values, eligible)) is not None:  # named, before any file
                 raise PluginError(f"metric {metric.kind!r} of {registry.provider('metric', metric.kind).distribution} "
                                   f"at $.metrics.{metric.name}: {problem}")
+            estimated = steps[metric.step].estimate
             # The counts are core's, from the mask itself, whatever the metric wrote (or left out).
             summary = with_interval({**values.summary, "eligible": sum(eligible), "rows": len(eligible)}, values.rows)
             content = {
@@ -160,6 +161,8 @@ def score(plan: Plan, outputs: dict[str, dict[str, Any]], registry: Registry) ->
                 "point": dict(point.values),
                 "summary": _number(summary),
                 **({"interval": METHOD} if "mean_low" in summary else {}),
+                **({"estimate": estimate_record(estimated, cls(), params, inputs, outputs[metric.step])}
+                   if estimated else {}),
                 "values": _number(values.rows),
                 "eligible": eligible,
                 "reasons": reasons,
@@ -167,6 +170,13 @@ def score(plan: Plan, outputs: dict[str, dict[str, Any]], registry: Registry) ->
             }
             results.append(MetricResult(point, metric.name, content))
     return results
+
+
+def estimate_record(method: str, metric: Any, params: Any, inputs: MetricInputs, got: dict[str, Any]) -> dict:
+    """What a metric file of an estimated run says besides its values: the method, and the metric's mean on the
+    clean run the estimate starts from (the point's estimated effect is the mean's distance from it)."""
+    clean = replace(inputs, logits=got["clean_answer_logits"].float(), logsumexp=got["clean_logsumexp"].float())
+    return {"method": method, "clean_mean": _number(metric.compute(params, clean).summary.get("mean"))}
 
 
 # One encoder for every value: json.dumps with options builds a new one per call.

@@ -173,7 +173,7 @@ def load(out: str | Path) -> LoadedRun:
             # "NaN" / "Infinity" in the file (a value the metric could not compute) are floats here.
             rows.append({**where, "row": i, "eligible": eligible, "reason": reason,
                          "value": float(value) if isinstance(value, str) else value})
-        summaries.append({**where, **content["summary"]})
+        summaries.append({**where, **content["summary"], **estimate_columns(content)})
     order = list(dict.fromkeys(rel.rpartition("/")[0] for rel, _ in contents))
     for rel in sorted((r for r in files if r.endswith(".safetensors")),
                       key=lambda r: (order.index(r.rpartition("/")[0]) if r.rpartition("/")[0] in order else len(order), r)):
@@ -183,6 +183,17 @@ def load(out: str | Path) -> LoadedRun:
         featurizers.append({**where, **{k: v for k, v in identity.items() if k not in where}})
     return LoadedRun(folder, document, _json(folder, "run.json", files["run.json"]), axes,
                      {"rows": rows, "summaries": summaries, "featurizers": featurizers}, files)
+
+
+def estimate_columns(content: dict[str, Any]) -> dict[str, Any]:
+    """A summary's columns for an estimated point (``estimate``): the method, the clean run's mean it starts
+    from, and where the point was confirmed, the patched mean; nothing for a patched run."""
+    estimate = content.get("estimate")
+    if not isinstance(estimate, dict):
+        return {}
+    patched = (content.get("patched") or {}).get("summary") or {}
+    return {"estimate": estimate.get("method"), "clean_mean": estimate.get("clean_mean"),
+            "patched_mean": patched.get("mean")}
 
 
 def _place(values: list[Any], value: Any) -> int | None:

@@ -168,3 +168,46 @@ def test_nnterp_estimates_what_hooks_estimates(tiny_llama, tiny_gpt2, write_doc)
             for path in a:
                 for name in a[path]:
                     torch.testing.assert_close(a[path][name], b[path][name], atol=1e-5, rtol=0)
+
+
+def test_files_say_estimate_and_the_top_points_are_patched_for_real(tiny_llama, write_doc, tmp_path):
+    doc = document(tiny_llama, "block_output", estimate={"method": "attribution", "confirm": {"top": 3}})
+    estimated = api.run(write_doc(doc, ROWS), out=tmp_path / "est")
+    plain = {k: v for k, v in doc.items() if k != "estimate"}
+    patched = {(m.point.name, m.name): m.content for m in api.run(write_doc(plain, name="plain.json")).metrics}
+    confirmed = estimated.run["estimate"]["confirmed"]
+    assert estimated.run["estimate"]["method"] == "attribution" and confirmed["metric"] == "ld"
+    # The three points furthest from the clean mean, by the estimate, are the ones patched.
+    effects = {m.point.name: abs(m.content["summary"]["mean"] - m.content["estimate"]["clean_mean"])
+               for m in estimated.metrics if m.name == "ld"}
+    assert sorted(confirmed["points"]) == sorted(sorted(effects, key=effects.get)[-3:])
+    for m in estimated.metrics:
+        assert m.content["estimate"]["method"] == "attribution"
+        on_disk = json.loads((tmp_path / "est" / m.point.name / f"{m.name}.json").read_text())
+        if m.point.name in confirmed["points"]:  # patching's own numbers, beside the estimate
+            assert on_disk["patched"]["values"] == patched[(m.point.name, m.name)]["values"]
+        else:
+            assert "patched" not in on_disk
+    summaries = load(tmp_path / "est").summaries
+    assert set(summaries["estimate"]) == {"attribution"}
+    assert summaries["patched_mean"].notna().sum() == 3 * 2  # two metrics at each confirmed point
+
+
+def test_a_metric_without_a_gradient_is_refused_in_one_line(tiny_llama, write_doc, tmp_path):
+    from typer.testing import CliRunner
+
+    doc = document(tiny_llama, "block_output")
+    doc["metrics"]["iia"] = {"kind": "iia", "choices": ["base_answer", "cf_answer"], "label": "cf_answer"}
+    result = CliRunner().invoke(app, ["run", str(write_doc(doc, ROWS)), "--out", str(tmp_path / "out")])
+    assert result.exit_code != 0 and not (tmp_path / "out").exists()
+    line = result.output.strip()
+    assert "\n" not in line and "$.metrics.iia" in line and "logit_diff" in line and "logprob" in line
+
+
+def test_a_read_of_an_estimated_run_is_refused(tiny_llama, write_doc):
+    from causalab_core.errors import PlanError
+
+    doc = document(tiny_llama, "block_output")
+    doc["reads"]["after"] = {"input": "base", "layer": 3, "position": -1}
+    with pytest.raises(PlanError, match=r"\$\.reads\.after: .*estimates instead of running"):
+        api.plan(write_doc(doc, ROWS))

@@ -64,8 +64,9 @@ def gradients(last_logits: torch.Tensor, scoring, span: slice, tensors: dict) ->
 
 def estimate(step, span: slice, offsets, clean: dict, values: dict, grads: list, store,
              featurizers) -> dict[str, torch.Tensor]:
-    """The estimated scores of ``step`` on rows ``span``: the clean scores plus, for each write, the change it
-    makes at its window dotted with each score's gradient there.
+    """The estimated scores of ``step`` on rows ``span`` (a run's keys): the clean scores plus, for each write,
+    the change it makes at its window dotted with each score's gradient there; and the clean scores
+    (``clean_*``), from which the client tells how far each point moved.
 
     ``values``/``grads``: per site key, the clean tensor and (per score) its gradient; ``featurizers``: what
     ``featurizers.featurizers_for`` hands a run of ``step`` (featurizers, and custom interventions' instances)."""
@@ -81,7 +82,8 @@ def estimate(step, span: slice, offsets, clean: dict, values: dict, grads: list,
             change[:, k] += (delta.double() * g.double()).flatten(1).sum(1).cpu()
     columns = clean["answer_logits"].shape[1]
     return {"answer_logits": (clean["answer_logits"].double() + change[:, :columns]).float(),
-            "logsumexp": (clean["logsumexp"].double() + change[:, columns]).float()}
+            "logsumexp": (clean["logsumexp"].double() + change[:, columns]).float(),
+            "clean_answer_logits": clean["answer_logits"], "clean_logsumexp": clean["logsumexp"]}
 
 
 def written_change(x: torch.Tensor, write, span: slice, offsets, store, featurizer, custom):
