@@ -107,9 +107,11 @@ def test_a_model_actor_that_stops_answering_is_bounded_by_the_timeout(ndif_serve
 
 
 def test_redis_killed_mid_job_is_named_and_a_restarted_server_runs_again(ndif_server, restart_server, tmp_path):
+    # A job waited for on a websocket (detach=false): its statuses reach the client through redis's pub/sub.
+    # (A detached job's statuses and result go through the object store, not redis.)
     code, line, text, seconds = _run_with_fault(
         ndif_server, tmp_path, lambda: _signal(_processes(ndif_server, "redis-server"), signal.SIGKILL),
-        "--option", "timeout=60", bound=90)
+        "--option", "timeout=60", "--option", "detach=false", bound=90)
     assert code == 1
     assert line.startswith("EngineError: ") and ndif_server.host in line, text[-800:]
     restart_server()

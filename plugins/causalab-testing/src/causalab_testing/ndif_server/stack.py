@@ -124,6 +124,9 @@ class TestServer:
             "GUNICORN_CMD_ARGS": f"--bind 127.0.0.1:{API_PORT}",
             "GRPC_ENABLE_FORK_SUPPORT": "0",
             "RAY_USAGE_STATS_ENABLED": "0",
+            # Ray 2.60 turns token auth on wherever ~/.ray/auth_token exists (a local ray.init() elsewhere writes
+            # one), and the controller then cannot join the head: this loopback-only server runs without it.
+            "RAY_AUTH_MODE": "disabled",
             "HF_HUB_OFFLINE": "1",
             "NDIF_HOST": HOST,
             "NDIF_API_KEY": "local",
