@@ -18,6 +18,7 @@ finds the jobs of the points it still needs whatever chunks they were sent in.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -75,12 +76,11 @@ def collect(job: Job, model_key: str, host: str) -> dict[str, Any]:
     a blocking job's would); a job the server does not know raises :class:`JobGone`; a poll that cannot
     reach the server raises :class:`StoppedWaiting` (the run's timeout still bounds the whole wait)."""
     import httpx
-    from nnsight.intervention.backends.remote import RemoteBackend
     from nnsight.schema.response import Status
 
     from causalab_ndif import shipping
 
-    backend = RemoteBackend(model_key, host=host, blocking=False, job_id=job.id)
+    backend = _quiet()(model_key, host=host, blocking=False, job_id=job.id)
     wait = POLL_FIRST_S
     while True:
         try:
@@ -102,6 +102,27 @@ def collect(job: Job, model_key: str, host: str) -> dict[str, Any]:
             raise JobGone("it has no status of it")
         time.sleep(wait)
         wait = min(POLL_MAX_S, wait * 1.5)
+
+
+@functools.cache
+def _quiet():
+    from nnsight.intervention.backends.remote import RemoteBackend
+
+    class Quiet(RemoteBackend):
+        """nnsight's poll, but the result is downloaded without a progress bar: a detached job's result always
+        comes by url (a blocking job's small one rides on its websocket), and the job's own line says its size."""
+
+        def download_result(self, url):
+            if not isinstance(url, str) or not url:
+                return super().download_result(url)
+            import httpx
+
+            with httpx.Client(timeout=httpx.Timeout(10.0, read=600.0)) as client:
+                response = client.get(url)
+            response.raise_for_status()
+            return self.finalize(response.content)
+
+    return Quiet
 
 
 def points_per_job(cap_s: float, probe_s: float, probe_points: int) -> int:
