@@ -1,20 +1,23 @@
-"""Every claim of documents/real/README.md against a fresh run.
+"""Every claim of documents/real/README.md's weekdays, entity and DAS sections against a fresh run.
 
-Untrained forwards (the layer sweeps, the random-rotation control) are the same on every machine up to
-float32 rounding, so their tables are checked to the README's two decimals. Trained DAS varies with the
-seed, the thread count and the CPU: its claims are checked as bounds its spread over seeds allows.
-Passes under OMP_NUM_THREADS=1 and 2.
+Untrained forwards (the layer sweeps, random rotations) are the same on every machine up to float32 rounding,
+so their population tables are checked to the README's two decimals. Trained DAS varies with the seed, the
+thread count and the CPU: its claims are checked as bounds its spread over seeds allows. Rows a document
+samples (the seeded checkpoints' sweeps, every DAS's training rows) are drawn with data seed
+``CAUSALAB_REAL_DATA_SEED`` added to the document's (default 0): passes at 0-3, under OMP_NUM_THREADS=1 and 2.
+A population (``rows: "all"``) has no seed.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from causalab_core import api
+from causalab_core import api, load
 from causalab_core.compiler.sweep import axis_label
 
 ROOT = Path(__file__).parent.parent
@@ -22,6 +25,11 @@ REAL = ROOT / "documents" / "real"
 README = (REAL / "README.md").read_text()
 LABELS = {"weekdays": ("count", "day", "answer"), "entity": ("line", "place", "answer")}
 TWO_DECIMALS = 0.005 + 1e-9
+DATA_SEED = int(os.environ.get("CAUSALAB_REAL_DATA_SEED", "0"))
+SEEDED = ("s0", "s1", "s2")
+WEEKDAYS = "weekdays_layer_sweep.json and weekdays_population.json"
+DAS = "weekdays_das_population.json and its controls"
+METRICS = ("iia_count", "iia_day", "iia_answer", "vocab_answer")
 
 
 def section(study: str) -> str:
@@ -66,67 +74,205 @@ def assert_the_table_is_the_fresh_run(recorded, fresh):
         assert all(abs(a - b) <= TWO_DECIMALS for a, b in zip(fresh[key], cells)), (key, cells, fresh[key])
 
 
+def reseeded(doc: dict) -> dict:
+    """The document with CAUSALAB_REAL_DATA_SEED added to every sampled causal-model spec's seed."""
+    def walk(node):
+        if isinstance(node, dict):
+            if "causal_model" in node and isinstance(node["causal_model"].get("rows"), int):
+                node["causal_model"]["seed"] = node["causal_model"].get("seed", 0) + DATA_SEED
+            for value in node.values():
+                walk(value)
+    walk(doc)
+    return doc
+
+
+def run_study(tmp_path_factory, name: str):
+    """A fresh run of a shipped document (reseeded); its folder and result."""
+    folder = tmp_path_factory.mktemp(name.removesuffix(".json"))
+    path = folder / name
+    path.write_text(json.dumps(reseeded(json.loads((REAL / name).read_text()))))
+    return folder / "o", api.run(path, out=folder / "o")
+
+
+def summaries(out: Path, *axes: str) -> dict:
+    """(the point's values on ``axes``) -> metric -> its summary (mean, mean_low, mean_high, no_choice...)."""
+    found = {}
+    for s in load(out).records["summaries"]:
+        found.setdefault(tuple(s[a] for a in axes), {})[s["metric"]] = s
+    return found
+
+
+def with_interval(s: dict) -> str:
+    return f"{s['mean']:.2f} [{s['mean_low']:.2f}, {s['mean_high']:.2f}]"
+
+
+def close(a: float, b: float, within: float = TWO_DECIMALS) -> bool:
+    return abs(a - b) <= within
+
+
+def means(table: dict) -> dict:
+    return {key: {m: s["mean"] for m, s in cells.items()} for key, cells in table.items()}
+
+
 @pytest.fixture(scope="module")
-def weekdays_sweep(tmp_path_factory):
-    out = tmp_path_factory.mktemp("weekdays") / "o"
-    return out, api.run(REAL / "weekdays_layer_sweep.json", out=out)
+def population(tmp_path_factory):
+    out, result = run_study(tmp_path_factory, "weekdays_population.json")
+    return out, result, summaries(out, "layer", "pos")
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory):
+    runs = {}
+    for cp in SEEDED:
+        out, result = run_study(tmp_path_factory, f"weekdays_sweep_{cp}.json")
+        runs[cp] = (out, result, summaries(out, "layer", "pos"))
+    return runs
+
+
+def test_the_population_is_every_held_out_pair(population):
+    from causalab_toy import tasks
+    from causalab_toy.causal import Weekdays
+
+    out, result, _ = population
+    rows = rows_of(out)
+    # Every held-out pair on which the three hypotheses and the base predict four different answers.
+    assert len(rows) == 536 and says(WEEKDAYS, "536 rows")
+    assert len({json.dumps(r, sort_keys=True) for r in rows}) == 536
+    assert all(len({r["base_answer"], r["label_count"], r["label_day"], r["label_answer"]}) == 4 for r in rows)
+    held_out = [(c, d) for c in tasks.COUNTS for d in tasks.DAYS if Weekdays().split({"count": c, "day": d}) == "test"]
+    assert len(held_out) == 40 and {(r["count"], r["day"]) for r in rows} == set(held_out)
+    assert says(WEEKDAYS, "holds out 40 (count, day) settings of the 189")
+    # What the shipped split holds out is not what the task computes from: 18 of its 19 (count mod 7, day)
+    # combinations occur in training. The seeded checkpoints hold out 10 of the 49 combinations themselves.
+    residue = lambda c, d: (int(c) % 7, d)  # noqa: E731
+    trained = {residue(c, d) for c in tasks.COUNTS for d in tasks.DAYS if (c, d) not in held_out}
+    combos = {residue(c, d) for c, d in held_out}
+    assert (len(combos), len(combos & trained)) == (19, 18) and says(WEEKDAYS, "18 of the 19 (count mod 7, day)")
+    assert len(tasks.HELD_OUT_RESIDUES) == 10 and says(WEEKDAYS, "hold out 10 of the 49")
+    # Two hypotheses the rows cannot tell apart, named: the answer and count+day agree on every row.
+    assert result.run["data"]["labels_agree"] == {"label_answer = label_count+day": 1.0}
+    assert says(WEEKDAYS, "`label_answer = label_count+day`, 1.0")
+
+
+def recorded_population() -> dict:
+    """(layer, position) -> the README's four figures, from the section's first table."""
+    header, *rows = table_rows(WEEKDAYS)
+    positions = [int(c.split("`")[1]) for c in header[1:]]
+    return {(int(cells[0]), p): tuple(float(x) for x in cell.split(" / "))
+            for cells in rows if cells[0].isdigit() for p, cell in zip(positions, cells[1:])}
+
+
+def test_the_population_table_is_what_a_fresh_run_gives(population):
+    _, _, table = population
+    fresh = means(table)
+    recorded = recorded_population()
+    assert recorded.keys() == fresh.keys()
+    for key, cells in recorded.items():
+        got = tuple(fresh[key][m] for m in METRICS)
+        assert all(close(a, b) for a, b in zip(got, cells)), (key, cells, got)
+
+
+def test_the_weekdays_claims(population):
+    """The README's bullets on the shipped checkpoint, each against the cell that could refute it."""
+    _, _, table = population
+    t = means(table)
+    # Embeddings (the control): the count's token carries the count, the day's token the day, nothing else.
+    assert t[(0, -7)]["iia_count"] == 1 and t[(0, -4)]["iia_day"] == 1
+    assert max(t[(0, -7)]["iia_day"], t[(0, -7)]["iia_answer"], t[(0, -4)]["iia_count"], t[(0, -4)]["iia_answer"]) == 0
+    # A control that can fail (the count differs in the two prompts): after block 0 its token carries nothing.
+    assert all(max(t[(layer, -7)].values()) == 0 for layer in range(1, 8))
+    # Block 0 moves the day to the last token and the count to the day's token; the answer is not there yet.
+    assert says(WEEKDAYS, f"`day` {with_interval(table[(1, -1)]['iia_day'])} at -1")
+    assert says(WEEKDAYS, f"`answer` {with_interval(table[(1, -1)]['iia_answer'])} at -1")
+    assert t[(1, -1)]["iia_day"] >= 0.9 and t[(1, -4)]["iia_count"] == 1 and t[(1, -1)]["iia_answer"] <= 0.05
+    # The answer is assembled at the last token over blocks 1-4 and whole from block 5 on.
+    answer = [t[(layer, -1)]["iia_answer"] for layer in range(8)]
+    assert answer[2] < answer[3] < answer[4] < answer[5] and all(a == 1 for a in answer[5:])
+    figures = ", ".join(with_interval(table[(layer, -1)]["iia_answer"]) for layer in (2, 3, 4))
+    assert says(WEEKDAYS, f"(shipped: {figures} entering blocks 2-4")
+    # Over the vocabulary the partial figures are lower, and the README counts the rows answering no candidate.
+    vocab = [table[(layer, -1)]["vocab_answer"] for layer in (2, 3, 4)]
+    assert all(v["mean"] < a for v, a in zip(vocab, answer[2:5]))
+    assert says(WEEKDAYS, " / ".join(f"{v['mean']:.2f}" for v in vocab) + " entering blocks 2-4, with "
+                + " / ".join(str(v["no_choice"]) for v in vocab) + " of the 536 rows")
+    # In between: the last token holds part of the count or the day, the day's token part of the answer.
+    between = [t[(layer, -1)][m] for layer in (2, 3, 4) for m in ("iia_count", "iia_day")]
+    assert says(WEEKDAYS, f"count or the day ({min(between):.2f}-{max(between):.2f})")
+    assert says(WEEKDAYS, f"part of the answer ({min(t[(layer, -4)]['iia_answer'] for layer in (2, 3, 4)):.2f}-"
+                          f"{max(t[(layer, -4)]['iia_answer'] for layer in (2, 3, 4)):.2f})")
+    assert all(max(t[(layer, p)].values()) == 0 for layer in (5, 6, 7) for p in (-4, -7))
+
+
+def recorded_across() -> dict[str, list[float]]:
+    """The README's answer IIA at the last token per layer: 'shipped' and each seeded checkpoint."""
+    rows = [r for r in table_rows(WEEKDAYS) if r[0] in ("shipped", "s0 / s1 / s2")]
+    found = {"shipped": [float(x) for x in rows[0][1:]]}
+    for i, cp in enumerate(SEEDED):
+        found[cp] = [float(cell.split(" / ")[i]) for cell in rows[1][1:]]
+    return found
+
+
+def test_the_seeded_checkpoints_hold_out_what_the_task_computes():
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from causalab_toy import models
+    from causalab_toy.train import accuracy
+
+    for cp in SEEDED:
+        name = f"weekdays-{cp}"
+        facts = json.loads((models.CHECKPOINTS / name / "training.json").read_text())
+        assert facts["held_out"] == "computed" and facts["seed"] == int(cp[1:])
+        model = AutoModelForCausalLM.from_pretrained(models.CHECKPOINTS / name).eval()
+        tokenizer = AutoTokenizer.from_pretrained(models.CHECKPOINTS / name)
+        # Fits its training split, answers none of its held-out prompts: the README's 1.00 and 0.00.
+        assert accuracy(model, tokenizer, facts["task"], n=200, split="train") == facts["train_accuracy"] == 1
+        assert accuracy(model, tokenizer, facts["task"], n=200) == facts["test_accuracy"] == 0
+    assert says(WEEKDAYS, "each fits its training split (1.00) and answers none of its held-out prompts (0.00")
+
+
+def test_the_claims_across_checkpoints(population, seeded):
+    from causalab_toy import tasks
+
+    recorded = recorded_across()
+    assert recorded["shipped"] == [round(means(population[2])[(layer, -1)]["iia_answer"], 2) for layer in range(8)]
+    for cp, (out, _, table) in seeded.items():
+        t = means(table)
+        rows = rows_of(out)
+        assert len(rows) == 536 and all(tasks.weekday_split(r[k], r[d], "computed") == "train"
+                                        for r in rows for k, d in (("count", "day"), ("cf_count", "cf_day")))
+        # A sample (of the train split): each cell within 0.08 of the README's, whatever the data seed.
+        fresh = [t[(layer, -1)]["iia_answer"] for layer in range(8)]
+        assert all(close(a, b, 0.08) for a, b in zip(fresh, recorded[cp])), (cp, recorded[cp], fresh)
+        # Embeddings: the own variable and nothing else; the own variable at least on the rows whose label
+        # setting the checkpoint trained on (a held-out one it answers wrong).
+        trained = {v: sum(tasks.weekday_split(*setting(r, v), "computed") == "train" for r in rows) / len(rows)
+                   for v in ("count", "day")}
+        assert t[(0, -7)]["iia_count"] >= trained["count"] - 1e-9 and t[(0, -4)]["iia_day"] >= trained["day"] - 1e-9
+        assert max(t[(0, -7)]["iia_day"], t[(0, -7)]["iia_answer"], t[(0, -4)]["iia_count"],
+                   t[(0, -4)]["iia_answer"]) <= 0.15
+        # The count's token carries nothing after block 0; the answer ends whole at the last token and only
+        # there (from block 6 on; the count's and the day's tokens next to nothing from block 5 on).
+        assert all(max(t[(layer, -7)].values()) <= 0.03 for layer in range(1, 8)), cp
+        assert all(t[(layer, -1)]["iia_answer"] >= 0.995 for layer in (6, 7)), cp
+        assert all(max(t[(layer, p)].values()) <= 0.02 for layer in (5, 6, 7) for p in (-4, -7)), cp
+    if DATA_SEED == 0:  # the README's shares are data seed 0's rows' (the three sweeps share their rows)
+        assert says(WEEKDAYS, f"on {1 - trained['count']:.0%} of rows ({1 - trained['day']:.0%} for the day)")
+    # What one run does and another does not: block 0 moving the day to the last token, and where the answer
+    # becomes whole.
+    assert min(table[(1, -1)]["iia_day"]["mean"] for _, _, table in seeded.values()) < 0.8
+    assert max(table[(3, -1)]["iia_answer"]["mean"] for _, _, table in seeded.values()) >= 0.95
+    assert min(table[(4, -1)]["iia_answer"]["mean"] for _, _, table in seeded.values()) < 0.99
+
+
+def setting(row: dict, variable: str) -> tuple[str, str]:
+    """The (count, day) whose answer is ``variable``'s label: the counterfactual's value of it, the base's other."""
+    return (row["cf_count"], row["day"]) if variable == "count" else (row["count"], row["cf_day"])
 
 
 @pytest.fixture(scope="module")
 def entity_sweep(tmp_path_factory):
     out = tmp_path_factory.mktemp("entity") / "o"
     return out, api.run(REAL / "entity_layer_sweep.json", out=out)
-
-
-def test_the_weekdays_rows_can_refute_and_are_distinct(weekdays_sweep):
-    from causalab_toy.causal import Weekdays
-    from causalab_toy import tasks
-
-    out, _ = weekdays_sweep
-    rows = rows_of(out)
-    # On every row the three hypotheses and the base predict four different answers; rows are distinct.
-    assert len(rows) == 60 and all(
-        len({r["base_answer"], r["label_count"], r["label_day"], r["label_answer"]}) == 4 for r in rows)
-    assert len({json.dumps(r, sort_keys=True) for r in rows}) == 60
-    # The held-out split holds 40 (count, day) settings; the rows use 32 of them as base settings.
-    held_out = [(c, d) for c in tasks.COUNTS for d in tasks.DAYS if Weekdays().split({"count": c, "day": d}) == "test"]
-    assert len(held_out) == 40 and says("weekdays_layer_sweep.json", "holds 40 (count, day) settings")
-    assert len({(r["count"], r["day"]) for r in rows}) == 32 and says("weekdays_layer_sweep.json", "bases are 32 of them")
-
-
-def test_the_weekdays_table_is_what_a_fresh_run_gives(weekdays_sweep):
-    out, result = weekdays_sweep
-    header, *rows = table_rows("weekdays_layer_sweep.json")
-    positions = [int(c.split("`")[1]) for c in header[1:]]
-    recorded = {(int(cells[0]), str(p)): tuple(float(x) for x in cell.split(" / "))
-                for cells in rows for p, cell in zip(positions, cells[1:])}
-    assert_the_table_is_the_fresh_run(recorded, fresh_sweep(out, result, LABELS["weekdays"]))
-
-
-def test_the_weekdays_claims(weekdays_sweep):
-    """The README's bullets, each against the counterfactual that could refute it."""
-    out, result = weekdays_sweep
-    t = {key: dict(zip(LABELS["weekdays"], v)) for key, v in fresh_sweep(out, result, LABELS["weekdays"]).items()}
-    t = {(layer, int(pos)): v for (layer, pos), v in t.items()}
-    # Embeddings (the control): the count's token carries the count, the day's token the day, nothing else.
-    assert t[(0, -7)]["count"] == 1 and t[(0, -4)]["day"] == 1
-    assert max(t[(0, -7)]["day"], t[(0, -7)]["answer"], t[(0, -4)]["count"], t[(0, -4)]["answer"]) == 0
-    # Block 0 moves the day to the last token and the count to the day's token; the answer is not there yet.
-    assert t[(1, -1)]["day"] >= 0.95 and t[(1, -4)]["count"] == 1 and t[(1, -1)]["answer"] == 0
-    # The answer is computed at the last token over blocks 1-4: partly there entering block 2, more at 3
-    # and 4, whole from block 5 on.
-    answer = [t[(layer, -1)]["answer"] for layer in range(8)]
-    assert 0.4 <= answer[2] <= 0.55 and 0.6 <= answer[3] <= 0.75 and 0.75 <= answer[4] <= 0.85
-    assert answer[2] < answer[3] < answer[4] < answer[5] and all(a == 1 for a in answer[5:])
-    # In between the last token still holds part of the day and the count, the day's token part of the
-    # count and the answer; all of it is gone from block 5 on.
-    for layer in (2, 3, 4):
-        assert 0.01 <= min(t[(layer, -1)]["count"], t[(layer, -1)]["day"]) <= max(
-            t[(layer, -1)]["count"], t[(layer, -1)]["day"]) <= 0.17 + TWO_DECIMALS
-        assert 0 < t[(layer, -4)]["answer"] <= 0.25 + TWO_DECIMALS and 0 < t[(layer, -4)]["day"]
-    assert all(max(t[(layer, p)].values()) == 0 for layer in (5, 6, 7) for p in (-4, -7))
-    # A control that can fail (the count differs in the two prompts): after block 0 its token carries nothing.
-    assert all(max(t[(layer, -7)].values()) == 0 for layer in range(1, 8))
 
 
 def test_the_entity_table_is_what_a_fresh_run_gives(entity_sweep):
@@ -180,65 +326,105 @@ def test_the_plot_lands_in_the_output_folder(entity_sweep):
 
 @pytest.fixture(scope="module")
 def das(tmp_path_factory):
-    """The DAS study and its control as shipped (every rank, every seed), at this process's thread count."""
+    """Every DAS document of the README's section, as shipped (reseeded), at this process's thread count."""
     import torch
 
     found, threads = {}, torch.get_num_threads()
-    for label, name in (("das", "weekdays_das.json"), ("control", "weekdays_das_control.json")):
-        out = tmp_path_factory.mktemp(label) / "o"
-        result = api.run(REAL / name, out=out)
+    # Each document's swept axes beyond rank and seed (random rotations and the random model have none).
+    third = {"weekdays_das_population.json": "labels", "weekdays_das_rotation.json": None,
+             "weekdays_das_random_model.json": None, "weekdays_das_dormant.json": "part",
+             **{f"weekdays_das_{cp}.json": "labels" for cp in SEEDED}}
+    for name, axis in third.items():
+        out, result = run_study(tmp_path_factory, name)
         assert result.run["arithmetic"]["torch_threads"] == threads
-        for point in result.plan.points:
-            values = dict(point.values)
-            found[(label, values["rank"], values["seed"])] = {
-                v: json.loads((out / point.name / f"iia_{v}.json").read_text())["summary"]["mean"]
-                for v in LABELS["weekdays"]}
-        assert (out / "layer=5,pos=-1,rank=2,seed=0" / "das.safetensors").is_file() == (label == "das")
+        for key, cells in summaries(out, "rank", "seed", *([axis] if axis else [])).items():
+            found[(name, *key)] = {m: s["mean"] for m, s in cells.items()}
     return found
 
 
 RANKS, SEEDS = (1, 2, 4, 8, 16), (0, 1, 2)
 
 
-def recorded_das() -> dict[int, tuple[str, str]]:
-    """rank -> (the DAS cell, the control cell)."""
-    _, *rows = table_rows("weekdays_das.json and weekdays_das_control.json")
-    return {int(cells[0]): (cells[1], cells[2]) for cells in rows}
+def recorded_das() -> dict[int, list[str]]:
+    """rank -> the cells of the section's first table."""
+    _, *rows = table_rows(DAS)
+    return {int(cells[0]): cells[1:] for cells in rows[:len(RANKS)]}
 
 
-def test_the_das_study_is_the_one_the_readme_describes():
-    for name in ("weekdays_das.json", "weekdays_das_control.json"):
+def span(cell: str) -> tuple[float, float]:
+    low, high = cell.split("-")
+    return float(low), float(high)
+
+
+def test_the_das_documents_are_the_ones_the_readme_describes():
+    for name in ("weekdays_das_population.json", "weekdays_das_rotation.json"):
         sweep = json.loads((REAL / name).read_text())["sweep"]
         assert tuple(sweep["rank"]) == RANKS and tuple(sweep["seed"]) == SEEDS, name
+    assert json.loads((REAL / "weekdays_das_population.json").read_text())["sweep"]["labels"] == ["as_given", "shuffled"]
     assert tuple(recorded_das()) == RANKS
+    for cp in SEEDED:
+        doc = json.loads((REAL / f"weekdays_das_{cp}.json").read_text())
+        assert doc["model"]["key"] == f"causalab-toy/weekdays-{cp}" and doc["sweep"]["rank"] == [2, 4, 8]
 
 
-def test_the_answer_takes_two_dimensions_at_the_last_token(das):
-    """Trained: its decimals follow the seed, the thread count and the CPU. The bounds below are the
-    README's numbers widened by the spread seen over seeds 0-2 and 1 and 2 threads."""
-    seeds = {r: [das[("das", r, s)] for s in SEEDS] for r in RANKS}
-    # Rank 1 moves part of the answers and a little of the other labels, and varies over seeds.
-    for label, cell in zip(LABELS["weekdays"], recorded_das()[1][0].split(" / ")):
-        mean, low, high = (float(x) for x in cell.replace("(", " ").replace(")", " ").replace("-", " ").split())
-        got = [v[label] for v in seeds[1]]
-        assert all(low - 0.1 <= g <= high + 0.1 for g in got) and abs(sum(got) / 3 - mean) <= 0.1, (label, cell, got)
-    rank1 = [v["answer"] for v in seeds[1]]
-    assert max(rank1) - min(rank1) >= 0.05, rank1
-    # From rank 2 on every seed moves every held-out answer (1.00; bound 0.95), and the answer only.
-    for r in RANKS[1:]:
-        assert all(v["answer"] >= 0.95 and v["count"] <= 0.05 and v["day"] <= 0.05 for v in seeds[r]), (r, seeds[r])
-        assert recorded_das()[r][0] == "0.00 / 0.00 / 1.00"
-    assert all(a < b["answer"] for a, b in zip(rank1, seeds[2]))
+def shipped(das, rank, seed, labels="as_given"):
+    return das[("weekdays_das_population.json", rank, seed, labels)]
 
 
-def test_random_rotations_of_the_same_ranks_move_almost_nothing(das):
-    """The control is untrained (a seeded random rotation): its table is checked to two decimals."""
-    for r in RANKS:
-        fresh = [max(das[("control", r, s)][v] for s in SEEDS) for v in LABELS["weekdays"]]
-        cells = [float(x) for x in recorded_das()[r][1].split(" / ")]
-        assert all(abs(a - b) <= TWO_DECIMALS for a, b in zip(fresh, cells)), (r, cells, fresh)
-    assert all(max(das[("control", r, s)].values()) == 0 for r in (1, 2, 4) for s in SEEDS)
-    assert max(max(das[("control", r, s)].values()) for r in RANKS for s in SEEDS) <= 0.15
+def test_two_dimensions_carry_the_answer_on_the_shipped_checkpoint(das):
+    """Trained: its decimals follow the seed, the thread count and the CPU; checked as bounds."""
+    table = recorded_das()
+    for rank in RANKS:
+        real = [shipped(das, rank, s) for s in SEEDS]
+        shuffled = [shipped(das, rank, s, "shuffled")["iia_answer"] for s in SEEDS]
+        low, high = span(table[rank][2])
+        assert all(low - 0.1 <= x <= high + 0.1 for x in shuffled) and max(shuffled) <= 0.7, (rank, shuffled)
+        if rank == 1:
+            low, high = span(table[1][0].split("(")[1].rstrip(")"))
+            assert all(low - 0.1 <= v["iia_answer"] <= high + 0.1 for v in real), real
+            assert all(max(v["iia_count"], v["iia_day"]) <= 0.2 for v in real), real
+            assert all(v["iia_answer"] < shipped(das, 2, s)["iia_answer"] for s, v in zip(SEEDS, real))
+            continue
+        # From rank 2 on every seed moves every held-out answer, and the answer only; far above shuffled labels.
+        assert table[rank][0] == "1.00 (1.00-1.00)" and table[rank][1] == "0.00 / 0.00"
+        assert all(v["iia_answer"] >= 0.99 and max(v["iia_count"], v["iia_day"]) <= 0.01 for v in real), (rank, real)
+        assert all(v["iia_answer"] - x >= 0.3 for v, x in zip(real, shuffled)), (rank, real, shuffled)
+
+
+def test_random_rotations_and_a_random_model_move_nothing_learned(das):
+    table = recorded_das()
+    for rank in RANKS:
+        # Untrained: the random rotations' figures to two decimals.
+        rotation = max(das[("weekdays_das_rotation.json", rank, s)]["iia_answer"] for s in SEEDS)
+        assert close(rotation, float(table[rank][3])), (rank, rotation)
+        # A random model: chance among four candidates, and never a day over the vocabulary.
+        model = das[("weekdays_das_random_model.json", rank, 0)]
+        answer, vocab = (float(x) for x in table[rank][4].split(" / "))
+        assert close(model["iia_answer"], answer, 0.05) and model["iia_answer"] <= 0.32, (rank, model)
+        assert model["vocab_answer"] == vocab == 0
+    assert all(max(das[("weekdays_das_rotation.json", r, s)].values()) == 0 for r in (1, 2, 4) for s in SEEDS)
+
+
+def test_the_subspace_is_not_a_dormant_pathway(das):
+    for s in SEEDS:
+        inside = das[("weekdays_das_dormant.json", 2, s, "varying")]
+        outside = das[("weekdays_das_dormant.json", 2, s, "still")]
+        assert inside["iia_answer"] >= 0.99 and max(outside.values()) <= 0.01, (s, inside, outside)
+    assert says(DAS, "| `answer` IIA | 1.00 (every seed) | 0.00 (every seed) |")
+
+
+def test_how_many_dimensions_is_one_runs(das):
+    _, *rows = table_rows(DAS)
+    recorded = {int(r[0]): [tuple(float(x) for x in c.split(" / ")) for c in r[1:]] for r in rows if r[0] in ("2", "4", "8")
+                and len(r) == 4}
+    for i, cp in enumerate(SEEDED):
+        doc = f"weekdays_das_{cp}.json"
+        for rank in (2, 4, 8):
+            real, shuffled = das[(doc, rank, 0, "as_given")]["iia_answer"], das[(doc, rank, 0, "shuffled")]["iia_answer"]
+            assert close(real, recorded[rank][i][0], 0.1) and close(shuffled, recorded[rank][i][1], 0.1), (cp, rank)
+            assert shuffled <= 0.7 and (rank == 2 or real - shuffled >= 0.3), (cp, rank, real, shuffled)
+        # Two dimensions are not enough on a seeded checkpoint; eight are.
+        assert das[(doc, 2, 0, "as_given")]["iia_answer"] < 0.9 and das[(doc, 8, 0, "as_given")]["iia_answer"] >= 0.95
 
 
 @pytest.mark.parametrize("threads", [1, 2])
