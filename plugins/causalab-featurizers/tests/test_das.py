@@ -224,3 +224,31 @@ def test_tampered_state_in_a_plan_is_refused_where_it_is_used(tmp_path, write_do
     tampered = dataclasses.replace(write, featurizer=dataclasses.replace(write.featurizer, state=write.featurizer.state[:-1] + b" "))
     with pytest.raises(EngineError, match="does not match the digest"):
         featurizer_for(tampered, api.featurizer_classes(plan, registry()))
+
+
+def test_the_dormant_split_needs_the_span_training_measures_and_keeps_it_in_its_state():
+    """`part` (the dormant-pathway check; tests/test_das_dormant.py holds it to plain torch on a real model):
+    training sees the activations with gradients on and swaps the whole subspace; scored, only the part."""
+    torch.manual_seed(0)
+    acts = torch.randn(64, 3) @ torch.randn(3, 8)  # activations that vary in 3 of 8 directions
+    untrained = DAS(DAS.Params(rank=2, part="varying", seed=1), width=8)
+    with torch.no_grad(), pytest.raises(ValueError, match="`part` needs a trained DAS"):
+        untrained.inverse(*untrained.featurize(acts[:2]))
+    trained = DAS(DAS.Params(rank=2, part="still", seed=1), width=8)
+    with torch.enable_grad():
+        whole = trained.inverse(trained.featurize(acts[:4])[0], trained.featurize(acts[4:8])[1])
+        for start in range(0, 64, 16):
+            trained.featurize(acts[start:start + 16])
+    q = trained.rotation.detach()[:, :2]
+    torch.testing.assert_close(whole, acts[4:8] + (acts[:4] - acts[4:8]) @ q @ q.T, atol=1e-5, rtol=0)
+    state = trained.state()
+    assert state["variation"].shape == (8, 3)  # 99% of the variance lies in the 3 directions
+    loaded = DAS(DAS.Params(rank=2, part="still"), width=8)
+    loaded.load_state(state)
+    with torch.no_grad():
+        base, source = acts[:4], acts[4:8]
+        out = loaded.inverse(loaded.featurize(source)[0], loaded.featurize(base)[1])
+        patch = (source - base) @ q @ q.T
+        span = state["variation"]
+        torch.testing.assert_close(out, base + patch - patch @ span @ span.T, atol=1e-5, rtol=0)
+        torch.testing.assert_close(loaded.inverse(*loaded.featurize(base)), base, atol=1e-5, rtol=0)

@@ -13,7 +13,7 @@ and the part outside it (``still``), and only that part is written: ``x_base + Î
 a direction the model reads but its activations do not move along; a subspace that works through one moves
 answers with its ``still`` part and not with its ``varying`` part. Training is the plain DAS's (the same
 rotation from the same seed and rows); the span is measured from the activations training featurizes and
-saved beside the rotation (``variation``), and the split applies only once trained (eval mode).
+saved beside the rotation (``variation``), and the split applies whenever it is not being trained.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ class DAS(torch.nn.Module, Featurizer):
         k = self.params.rank
         if self.params.part is None:
             return rotated[..., :k], rotated[..., k:]
-        if self.training:
+        if self.learning():
             flat = x.detach().reshape(-1, self.width).double().cpu()
             n, total, outer = self.seen
             self.seen = (n + flat.shape[0], total + flat.sum(0), outer + flat.T @ flat)
@@ -88,12 +88,17 @@ class DAS(torch.nn.Module, Featurizer):
 
     def inverse(self, f: torch.Tensor, err: torch.Tensor) -> torch.Tensor:
         rotation = self.rotation.to(f.device)
-        if self.params.part is None or self.training:
+        if self.params.part is None or self.learning():
             return torch.cat([f, err], dim=-1) @ rotation.T
         k = self.params.rank
         patch = (f - err @ rotation[:, :k]) @ rotation[:, :k].T
         inside = (patch @ self.span().to(f.device)) @ self.span().to(f.device).T
         return err + (inside if self.params.part == "varying" else patch - inside)
+
+    def learning(self) -> bool:
+        """Being trained: training mode with gradients on (engines score under no_grad or inference_mode, and
+        a module fresh or loaded from a file is in training mode until something calls eval())."""
+        return self.training and torch.is_grad_enabled()
 
     def span(self) -> torch.Tensor:
         """An orthonormal basis (width x m) of the principal directions of the activations training saw."""
