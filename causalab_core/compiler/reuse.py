@@ -57,6 +57,8 @@ def saved_share(model: ModelRef, prompts: dict[str, tuple], points: tuple[Point,
 def choose(model: ModelRef, prompts: dict[str, tuple], points: tuple[Point, ...]) -> dict:
     """The plan's ``position_reuse`` (on where it pays, see the module's docstring) and
     ``position_reuse_why`` (the reason either way, in words)."""
+    if any(step.kind == "run" and step.estimate for point in points for step in point.steps):
+        return picked(False, "its writes are estimated (attribution), not run")
     share = saved_share(model, prompts, points)
     if model.dtype != "float32":
         return picked(False, f"{model.dtype}: the mode's agreement with the plain path is checked in float32")

@@ -9,7 +9,8 @@ import torch
 
 from causalab_core.contracts import MetricInputs
 from causalab_testing.conformance import MetricConformance
-from causalab_metrics.answers import IIA, LogitDiff, PAnswer
+from causalab_metrics.answers import IIA, LogitDiff, LogProb, PAnswer
+from causalab_metrics.distributions import NormalizedLogitDiff
 
 
 def inputs(logits, columns, token_ids, eligible=None, lse=None):
@@ -84,6 +85,34 @@ class TestLogitDiffConformance(MetricConformance):
     @pytest.fixture
     def params(self):
         return LogitDiff.Params(target="a", other="b")
+
+
+class TestLogProbConformance(MetricConformance):
+    @pytest.fixture
+    def metric(self):
+        return LogProb()
+
+    @pytest.fixture
+    def params(self):
+        return LogProb.Params(answer="a")
+
+
+class TestNormalizedLogitDiffConformance(MetricConformance):
+    @pytest.fixture
+    def metric(self):
+        return NormalizedLogitDiff()
+
+    @pytest.fixture
+    def params(self):
+        return NormalizedLogitDiff.Params(target="a", other="b")
+
+
+def test_logprob_is_the_log_softmax_of_the_answer():
+    logits = torch.tensor([[2.0, 0.5, -1.0], [0.0, 3.0, 1.0]])
+    inputs = MetricInputs(logits=logits[:, :1], logsumexp=logits.logsumexp(-1), columns=("a",),
+                          token_ids={"a": [0, 0]}, eligible=[True, False])
+    got = LogProb().compute(LogProb.Params(answer="a"), inputs)
+    assert got.rows[0] == pytest.approx(torch.log_softmax(logits[0], -1)[0].item()) and got.rows[1] is None
 
 
 class TestPAnswerConformance(MetricConformance):

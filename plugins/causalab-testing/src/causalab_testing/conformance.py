@@ -222,6 +222,25 @@ class MetricConformance:
                 pytest.fail(f"metric {metric.name!r} gave the same values with column {column!r}'s logit raised and "
                             "lowered by 8: it does not read a column it names", pytrace=False)
 
+    def test_a_metric_with_a_gradient_is_smooth_in_the_answer_logits(self, metric, params):
+        """``differentiable`` (attribution may estimate it): it reads only the answer logits and the log-sum-exp
+        (view ``answers``) and moves by little when they move by little (no argmax, no rank)."""
+        if not type(metric).differentiable:
+            pytest.skip(f"metric {metric.name!r} does not say it has a gradient")
+        views = {v for views in metric_needs(metric, params).values() for v in views}
+        assert views <= {"answers"}, (f"metric {metric.name!r} says it has a gradient but reads {sorted(views)}: "
+                                      "attribution estimates the answer logits and log-sum-exp only")
+        for seed in range(3):
+            logits = self.logits(9, seed=10 + seed)
+            nudged = {role: t + 1e-4 * torch.randn(t.shape, generator=torch.Generator().manual_seed(seed))
+                      for role, t in logits.items()}
+            a = metric.compute(params, self.build(metric, params, logits, shared=False)).rows
+            b = metric.compute(params, self.build(metric, params, nudged, shared=False)).rows
+            jumps = [abs(x - y) for x, y in zip(a, b) if x is not None and x == x and y == y]
+            assert max(jumps, default=0.0) < 1e-2, (
+                f"metric {metric.name!r} says it has a gradient but jumps by {max(jumps):.3g} when the logits move "
+                "by 1e-4 (an argmax or a rank has no gradient: leave `differentiable` False)")
+
     def test_params_forbid_unknown_keys(self, metric, params):
         assert_params_forbid_unknown_keys(f"metric {metric.name!r}", type(metric).Params, params.model_dump(mode="json"))
 
