@@ -10,12 +10,14 @@ own temporary folder, removed when the run ends.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import shutil
 import socket
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from causalab_core.errors import EngineError, clip, echo
@@ -45,34 +47,41 @@ def _quiet() -> None:
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # Ray would otherwise report usage to an outside address
 
 
+def _token_auth() -> None:
+    """Send this user's Ray token (``~/.ray/auth_token``, ``RAY_AUTH_TOKEN``) where one exists and
+    ``RAY_AUTH_MODE`` says nothing, as Ray's own ``address="auto"`` does: a cluster ``ray.init`` or ``ray start``
+    started (Ray 2.5x and later) refuses a client without it, and Ray's explicit addresses do not send it."""
+    try:
+        from ray._private.authentication.authentication_token_setup import (
+            maybe_enable_token_auth_if_token_available,
+        )
+    except ImportError:  # a Ray without token authentication
+        return
+    log = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    level = log.level
+    log.setLevel(logging.ERROR)  # its line that auth is on is Ray's business
+    try:
+        maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+    finally:
+        log.setLevel(level)
+
+
 def start_local(cpus: int | None = None, temp_dir: str | None = None) -> Cluster:
     """Start a Ray cluster in this process on 127.0.0.1 (``cpus``: what it offers, default this machine's)."""
     _quiet()
-    # Ray takes 127.0.0.1 as "this machine" and binds its outside address instead, except in its one-machine
-    # mode (where clusters are off: Windows and macOS by default); that mode is read when ray is imported, and
-    # the processes the cluster starts inherit it. Put back once the cluster is up: it decides nothing later.
-    before = os.environ.get(SINGLE)
-    os.environ[SINGLE] = "0"
     import ray
-    from ray._private import ray_constants
 
-    cluster_mode, ray_constants.ENABLE_RAY_CLUSTER = ray_constants.ENABLE_RAY_CLUSTER, False
     made = temp_dir is None
     temp_dir = temp_dir or tempfile.mkdtemp(prefix="causalab-ray-")
     try:
-        context = ray.init(address="local", num_cpus=cpus, include_dashboard=False, _node_ip_address=LOOPBACK,
-                           _temp_dir=temp_dir, log_to_driver=False, logging_level=logging.ERROR,
-                           configure_logging=True)
+        with _one_machine():
+            context = ray.init(address="local", num_cpus=cpus, include_dashboard=False, _node_ip_address=LOOPBACK,
+                               _temp_dir=temp_dir, log_to_driver=False, logging_level=logging.ERROR,
+                               configure_logging=True)
     except Exception as exc:  # noqa: BLE001 (whatever Ray raised, said in one line)
         if made:
             shutil.rmtree(temp_dir, ignore_errors=True)
         raise EngineError(f"--workers: cannot start a local Ray cluster: {_said(exc)}") from exc
-    finally:
-        ray_constants.ENABLE_RAY_CLUSTER = cluster_mode
-        if before is None:
-            os.environ.pop(SINGLE, None)
-        else:
-            os.environ[SINGLE] = before
     return Cluster(context.address_info["gcs_address"], owned=True, temp_dir=temp_dir if made else None)
 
 
@@ -92,11 +101,37 @@ def connect(address: str | None) -> Cluster:
             socket.create_connection((host, int(port)), timeout=5).close()
         except OSError as exc:
             raise EngineError(f"{where}: no Ray cluster answers there ({exc.strerror or exc})") from None
+    _token_auth()
     try:
-        ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR, configure_logging=True)
+        # A cluster on loopback is this machine's: this client is a node of it as 127.0.0.1 (else Ray would wait
+        # for a node of this machine's outside address, which that cluster does not have).
+        with _one_machine() if host in ("127.0.0.1", "localhost") else contextlib.nullcontext():
+            ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR, configure_logging=True)
     except Exception as exc:  # noqa: BLE001
         raise EngineError(f"{where}: {_said(exc)}") from exc
     return Cluster(address, owned=True)
+
+
+@contextlib.contextmanager
+def _one_machine() -> Iterator[None]:
+    """Ray's one-machine mode while a cluster starts or a client joins one: Ray takes 127.0.0.1 for "this
+    machine" and puts its outside address in its place, except where clusters are off (Windows and macOS by
+    default, ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``). The switch is read when ray is imported (so it is set
+    on the module too) and inherited by the processes the cluster starts; it is put back after: nothing reads
+    it later."""
+    import ray  # noqa: F401
+    from ray._private import ray_constants
+
+    before, mode = os.environ.get(SINGLE), ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[SINGLE], ray_constants.ENABLE_RAY_CLUSTER = "0", False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = mode
+        if before is None:
+            os.environ.pop(SINGLE, None)
+        else:
+            os.environ[SINGLE] = before
 
 
 def _said(exc: BaseException) -> str:

@@ -1,0 +1,184 @@
+"""A sweep on Ray workers writes the bytes of one process; a killed worker or client loses nothing; refusals are one line.
+
+Every run here uses the session's one cluster (two CPUs on 127.0.0.1, `conftest.py`):
+in-process runs as their process's own cluster, command-line runs by `--ray-address`.
+The shipped weekdays layer sweep (24 points, 60 rows) runs in two chunks of 12 on
+two workers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from causalab_core import api
+from causalab_core.errors import EngineError
+from causalab_core.plugins import build_registry
+from causalab_core.resume import store_path
+
+ROOT = Path(__file__).resolve().parents[3]
+CAUSALAB = str(Path(sys.executable).parent / "causalab")
+SWEEP = ROOT / "documents/real/weekdays_layer_sweep.json"
+SMALL = ROOT / "documents/real/weekdays_ablation_all.json"  # 8 points
+
+
+def tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def same_run(out: Path, whole: Path) -> dict:
+    """``out`` holds ``whole``'s files byte for byte, but run.json, which differs only by its ``ray``; that ``ray``."""
+    mine, theirs = tree(out), tree(whole)
+    assert sorted(mine) == sorted(theirs)
+    differ = [rel for rel in mine if mine[rel] != theirs[rel]]
+    assert set(differ) <= {"run.json", "manifest.json"}, differ
+    run, base = json.loads(mine["run.json"]), json.loads(theirs["run.json"])
+    ray = run.pop("ray")
+    assert run == base
+    return ray
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    out = tmp_path_factory.mktemp("one") / "sweep"
+    api.run(SWEEP, out=out)
+    return out
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([CAUSALAB, "run", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_two_workers_write_the_bytes_of_one_process(ray_cluster, one_process, tmp_path):
+    out = tmp_path / "w2"
+    api.run(SWEEP, out=out, workers=2)
+    ray = same_run(out, one_process)
+    assert sorted(c["points"] for c in ray["chunks"]) == ["0-11", "12-23"]
+    assert {c["worker"] for c in ray["chunks"]} == {0, 1}  # each chunk on its own worker
+    assert len({w["pid"] for w in ray["workers"]}) == 2 and all(w["node"] == "127.0.0.1" for w in ray["workers"])
+    assert not store_path(out).exists()
+
+
+def test_a_worker_killed_mid_chunk_costs_only_its_chunk(ray_cluster, one_process, tmp_path):
+    out = tmp_path / "killed"
+    run = subprocess.Popen([CAUSALAB, "run", str(SWEEP), "--out", str(out), "--ray-address", ray_cluster.address,
+                            "--workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    victim = None
+    deadline = time.monotonic() + 180
+    while victim is None and time.monotonic() < deadline and run.poll() is None:
+        victim = next((pid for pid in descendants(os.getpid()) if cmdline(pid).startswith("ray::ChunkWorker.run")),
+                      None)
+        time.sleep(0.05)
+    assert victim is not None, run.communicate()
+    os.kill(victim, signal.SIGKILL)
+    stdout, stderr = run.communicate(timeout=300)
+    assert run.returncode == 0, stderr
+    warnings = [line for line in stderr.splitlines() if "points done" not in line]
+    assert len(warnings) == 1 and f"(pid {victim} on 127.0.0.1) died running points" in warnings[0], stderr
+    ray = same_run(out, one_process)
+    died = [c for c in ray["chunks"] if c.get("died")]
+    assert len(died) == 1 and ray["workers"][died[0]["worker"]]["pid"] == victim
+    rerun = [c for c in ray["chunks"] if c["points"] == died[0]["points"] and not c.get("died")]
+    assert len(rerun) == 1 and rerun[0]["worker"] != died[0]["worker"]  # on the worker still alive
+
+
+def test_a_killed_client_resumes_without_the_cluster(ray_cluster, one_process, tmp_path):
+    out = tmp_path / "resumed"
+    # One worker: the chunks (16 and 8 points) run one after the other, and the client dies between them.
+    run = subprocess.Popen([CAUSALAB, "run", str(SWEEP), "--out", str(out), "--ray-address", ray_cluster.address,
+                            "--workers", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    points = store_path(out) / "points"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and run.poll() is None:
+        if points.is_dir() and any(p.name.isdigit() for p in points.iterdir()):
+            break
+        time.sleep(0.02)
+    assert run.poll() is None, run.communicate()
+    run.kill()
+    run.communicate(timeout=60)
+    kept = sorted(int(p.name) for p in points.iterdir() if p.name.isdigit())
+    assert 0 < len(kept) < 24, kept
+
+    told = []
+    api.run(SWEEP, out=out, resume=True, points_done=lambda done, total: told.append((done, total)))
+    assert told[0] == (len(kept), 24)  # what the cluster finished is not run again
+    ray = same_run(out, one_process)
+    assert [c["points"] for c in ray["chunks"]] == ["0-15"]  # run.json says which points ran on the cluster
+
+
+def test_no_cluster_at_the_address_is_one_line_before_any_work(tmp_path):
+    out = tmp_path / "o"
+    done = cli(str(SMALL), "--out", str(out), "--ray-address", "127.0.0.1:1")
+    assert done.returncode != 0
+    assert done.stderr.splitlines() == [
+        "EngineError: --ray-address '127.0.0.1:1': no Ray cluster answers there (Connection refused)"]
+    assert not out.exists() and not store_path(out).exists()
+
+
+def test_a_client_of_another_ray_version_is_one_line(ray_cluster, tmp_path):
+    out = tmp_path / "o"
+    pretend = ("import sys, ray; ray.__version__ = '2.59.0'; from causalab_core.cli import app; "
+               "sys.argv[0] = 'causalab'; app()")
+    done = subprocess.run([sys.executable, "-c", pretend, "run", str(SMALL), "--out", str(out), "--ray-address",
+                           ray_cluster.address], capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"EngineError: --ray-address '{ray_cluster.address}': the cluster runs Ray 2.60.0 on "
+                           f"Python {sys.version.split()[0]}, this client Ray 2.59.0"), line
+    assert not out.exists() and not store_path(out).exists()
+
+
+class ExtraPlugin:
+    """A plugin this client has and the workers do not."""
+
+    DISTRIBUTION = "causalab-only-here"
+
+
+def test_a_worker_without_the_clients_plugins_is_refused_before_any_work(ray_cluster, tmp_path):
+    out = tmp_path / "o"
+    with pytest.raises(EngineError) as refused:
+        api.run(SMALL, out=out, workers=2, registry=build_registry(extra=(ExtraPlugin,)))
+    line = refused.value.one_line()
+    assert "\n" not in line
+    assert "does not have this client's causalab: causalab-only-here (client unknown " in line, line
+    assert "worker not installed); install the same causalab and plugins on every node" in line
+    assert not out.exists() and not store_path(out).exists()
+
+
+def test_the_nnterp_engine_on_workers_writes_its_one_process_bytes(ray_cluster, tmp_path):
+    api.run(SMALL, out=tmp_path / "one", engine="nnterp")
+    api.run(SMALL, out=tmp_path / "w2", engine="nnterp", workers=2)
+    ray = same_run(tmp_path / "w2", tmp_path / "one")
+    assert sorted(c["points"] for c in ray["chunks"]) == ["0-3", "4-7"]
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process under ``pid`` (the session cluster's workers are under its raylet, under this process)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
