@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -55,6 +56,16 @@ def completed(server, job_id: str) -> str:
     return done.stdout.strip()
 
 
+# What a model actor logs of each job it completed (the server's own count of the jobs it ran).
+COMPLETED = re.compile(r"request_id=(\w+) .*stage=completed prev_stage=running")
+
+
+def ran_on_server(server) -> set[str]:
+    """Every job id the server's model actors logged as completed."""
+    return {found[1] for log in (server.ray_dir / "session_latest/logs").glob("worker-*.out")
+            for found in COMPLETED.finditer(log.read_text(errors="replace"))}
+
+
 def actors(server) -> list[int]:
     found = []
     for pid in server.running():
@@ -75,6 +86,7 @@ def test_a_job_sent_before_the_client_was_killed_is_collected_by_resume(ndif_ser
 
     whole = ndif_server.run([CAUSALAB, "run", str(SWEEP), "--engine", "ndif", "--out", str(tmp_path / "whole")])
     assert whole.returncode == 0, whole.stderr
+    before = ran_on_server(ndif_server)
     out = tmp_path / "o"
     process = subprocess.Popen(ndif_server.command([CAUSALAB, "run", str(SWEEP), "--engine", "ndif", "--out", str(out)]),
                                env=ndif_server.env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -135,6 +147,12 @@ def test_a_job_sent_before_the_client_was_killed_is_collected_by_resume(ndif_ser
     assert [(job["id"], job["points"], job["collected"]) for job in record["jobs"]] == [
         (first, 16, "as sent"), (second, 8, "by --resume")]
     assert len(json.loads((tmp_path / "whole" / "run.json").read_text())["jobs"]) == 2
+    # The server's own log: it ran exactly those two jobs for the interrupted run and its --resume.
+    deadline = time.monotonic() + 20
+    while not {first, second} <= ran_on_server(ndif_server) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(2)  # an actor logs a job just after answering it: a third one would be there by now
+    assert ran_on_server(ndif_server) - before == {first, second}
     assert [line for line in resumed.stderr.splitlines() if line.startswith("job of")] == [
         f"job of 8 points (collected by --resume): sent {jobs[second]['sent_bytes']:,} bytes, "
         f"received {record['jobs'][1]['received_bytes']:,} bytes"]
