@@ -94,12 +94,13 @@ def timed_stages(doc: Path, workers: int) -> dict[str, float]:
     store = open_store(out, {"benchmark": "ray_scaling"}, resume=False)
     api.run_kept(plan, store, None, lambda: {}, None, chunks)
     t3 = time.perf_counter()
+    count = -(-len(plan.points) // chunks.chunk_size(len(plan.points)))
     chunks.close()
     cluster.close()
     t4 = time.perf_counter()
     store.remove()
     return {"cluster start": t1 - t0, "workers start": t2 - t1, "chunks": t3 - t2, "shutdown": t4 - t3,
-            "chunk count": -(-len(plan.points) // chunks.chunk_size(len(plan.points)))}
+            "chunk count": count}
 
 
 def bench(label: str, doc: Path, repeats: int) -> dict:
@@ -122,8 +123,10 @@ def bench(label: str, doc: Path, repeats: int) -> dict:
             "times_s": times, "same_metric_bytes": same, "stages_s": stages}
 
 
-def print_table(results: list[dict]) -> None:
-    print(f"\n{os.cpu_count()} CPUs; load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+def print_table(results: list[dict], load: tuple[float, ...]) -> None:
+    shown = lambda xs: " ".join(f"{x:.1f}" for x in xs)  # noqa: E731
+    print(f"\n{os.cpu_count()} CPUs; load average (1, 5, 15 min) at the start {shown(load)}, "
+          f"at the end {shown(os.getloadavg())}")
     for r in results:
         print(f"\n{r['sweep']}: {r['points']} points x {r['rows']} rows, median of {len(r['times_s']['one process'])}"
               f" (metric files the same bytes: {'yes' if r['same_metric_bytes'] else 'NO'})")
@@ -146,12 +149,14 @@ def main() -> None:
     if args.split:
         print(json.dumps(timed_stages(Path(args.split[0]), int(args.split[1]))))
         return
+    load = os.getloadavg()
     results = [bench("weekdays layer sweep (toy, 8L d64)", ROOT / "documents/real/weekdays_layer_sweep.json",
                      args.repeats),
                bench("synthetic llama (8L, d256)", synthetic_doc(), args.repeats)]
-    print_table(results)
+    print_table(results, load)
     if args.json:
-        args.json.write_text(json.dumps({"cpus": os.cpu_count(), "results": results}, indent=1))
+        args.json.write_text(json.dumps({"cpus": os.cpu_count(), "load_average": [load, os.getloadavg()],
+                                         "results": results}, indent=1))
 
 
 if __name__ == "__main__":

@@ -152,6 +152,14 @@ def test_a_worker_without_the_clients_plugins_is_refused_before_any_work(ray_clu
     assert not out.exists() and not store_path(out).exists()
 
 
+def test_a_workers_own_error_is_the_clients_one_line(ray_cluster, tmp_path):
+    out = tmp_path / "o"
+    with pytest.raises(EngineError) as refused:
+        api.run(SMALL, out=out, workers=2, device_map="nowhere")
+    assert refused.value.one_line().startswith("EngineError: cannot load causalab-toy/weekdays (--device-map nowhere)")
+    assert not out.exists() and not store_path(out).exists()
+
+
 def test_the_nnterp_engine_on_workers_writes_its_one_process_bytes(ray_cluster, tmp_path):
     api.run(SMALL, out=tmp_path / "one", engine="nnterp")
     api.run(SMALL, out=tmp_path / "w2", engine="nnterp", workers=2)

@@ -72,7 +72,11 @@ def start_local(cpus: int | None = None, temp_dir: str | None = None) -> Cluster
     import ray
 
     made = temp_dir is None
-    temp_dir = temp_dir or tempfile.mkdtemp(prefix="causalab-ray-")
+    try:
+        temp_dir = temp_dir or tempfile.mkdtemp(prefix="causalab-ray-")
+    except OSError as exc:
+        raise EngineError(f"--workers: cannot make a folder for a local Ray cluster's session: "
+                          f"{exc.strerror or exc}") from None
     try:
         with _one_machine():
             context = ray.init(address="local", num_cpus=cpus, include_dashboard=False, _node_ip_address=LOOPBACK,
