@@ -184,8 +184,8 @@ def test_files_say_estimate_and_the_top_points_are_patched_for_real(tiny_llama, 
     for m in estimated.metrics:
         assert m.content["estimate"]["method"] == "attribution"
         on_disk = json.loads((tmp_path / "est" / m.point.name / f"{m.name}.json").read_text())
-        if m.point.name in confirmed["points"]:  # patching's own numbers, beside the estimate
-            assert on_disk["patched"]["values"] == patched[(m.point.name, m.name)]["values"]
+        if m.point.name in confirmed["points"]:  # patching's own numbers (without position reuse), beside the estimate
+            assert on_disk["patched"]["values"] == pytest.approx(patched[(m.point.name, m.name)]["values"], abs=1e-5)
         else:
             assert "patched" not in on_disk
     summaries = load(tmp_path / "est").summaries

@@ -48,38 +48,38 @@ def site_key(site) -> tuple:
     return (site.module, site.tensor)
 
 
-def gradients(last_logits: torch.Tensor, scoring, span: slice, tensors: dict) -> tuple[dict, list[dict]]:
-    """The clean scores (``answer_scores``) and, per score (each answer column, then the log-sum-exp), its
-    gradient at every site's tensor (by site key), summed over rows: rows do not mix, so row r's part is its own."""
+def gradients(last_logits: torch.Tensor, scoring, span: slice, tensors: dict) -> tuple[dict, dict]:
+    """The clean scores (``answer_scores``) and, per site key, the gradients of the scores (each answer column,
+    then the log-sum-exp) at its tensor, stacked ``[scores, *tensor shape]`` and summed over rows: rows do not
+    mix, so row r's part is its own."""
     last = last_logits.float()
     ids = torch.tensor(scoring.token_ids[span], dtype=torch.long, device=last.device)
     scores = [*last.gather(1, ids).sum(0).unbind(0), last.logsumexp(-1).sum()]
     keys, inputs = list(tensors), list(tensors.values())
-    grads = []
-    for k, score in enumerate(scores):
-        found = torch.autograd.grad(score, inputs, retain_graph=k < len(scores) - 1, allow_unused=True)
-        grads.append({key: torch.zeros_like(t) if g is None else g.detach() for key, t, g in zip(keys, inputs, found)})
+    found = [torch.autograd.grad(score, inputs, retain_graph=k < len(scores) - 1, allow_unused=True)
+             for k, score in enumerate(scores)]
+    grads = {key: torch.stack([torch.zeros_like(t) if g[i] is None else g[i] for g in found]).float()
+             for i, (key, t) in enumerate(zip(keys, inputs))}
     return answer_scores(last.detach(), scoring.token_ids[span]), grads
 
 
-def estimate(step, span: slice, offsets, clean: dict, values: dict, grads: list, store,
+def estimate(step, span: slice, offsets, clean: dict, values: dict, grads: dict, store,
              featurizers) -> dict[str, torch.Tensor]:
     """The estimated scores of ``step`` on rows ``span`` (a run's keys): the clean scores plus, for each write,
     the change it makes at its window dotted with each score's gradient there; and the clean scores
     (``clean_*``), from which the client tells how far each point moved.
 
-    ``values``/``grads``: per site key, the clean tensor and (per score) its gradient; ``featurizers``: what
-    ``featurizers.featurizers_for`` hands a run of ``step`` (featurizers, and custom interventions' instances)."""
-    change = torch.zeros(span.stop - span.start, len(grads), dtype=torch.float64)
+    ``values``/``grads``: per site key, the clean tensor and the stacked gradients (``gradients``);
+    ``featurizers``: what ``featurizers.featurizers_for`` hands a run of ``step`` (featurizers, and custom
+    interventions' instances)."""
+    change = torch.zeros(span.stop - span.start, len(clean["answer_logits"][0]) + 1, dtype=torch.float64)
     for write in step.writes:
         key = site_key(write.site)
-        x = as_heads(values[key], write.site)
         with torch.no_grad():
-            delta, at = written_change(x, write, span, offsets, store, featurizers[write.name],
-                                       featurizers.get(applier(write)))
-        for k, per_site in enumerate(grads):
-            g = at(as_heads(per_site[key], write.site))
-            change[:, k] += (delta.double() * g.double()).flatten(1).sum(1).cpu()
+            delta, at = written_change(as_heads(values[key], write.site), write, span, offsets, store,
+                                       featurizers[write.name], featurizers.get(applier(write)))
+        g = at(as_heads(grads[key], write.site))  # [scores, rows, positions, width]
+        change += torch.einsum("bpd,sbpd->bs", delta.float(), g).double().cpu()
     columns = clean["answer_logits"].shape[1]
     return {"answer_logits": (clean["answer_logits"].double() + change[:, :columns]).float(),
             "logsumexp": (clean["logsumexp"].double() + change[:, columns]).float(),
@@ -87,8 +87,9 @@ def estimate(step, span: slice, offsets, clean: dict, values: dict, grads: list,
 
 
 def written_change(x: torch.Tensor, write, span: slice, offsets, store, featurizer, custom):
-    """(what ``write`` puts at its windows) - ``x`` there, and a function taking another tensor of ``x``'s shape
-    to the same positions. Windows of one width are gathered first, so only they are copied."""
+    """(what ``write`` puts at its windows) - ``x`` there, and a function taking a stack of tensors of ``x``'s
+    shape (``[scores, *x.shape]``) to the same positions. Windows of one width are gathered first, so only they
+    are copied."""
     windows = write.windows[span]
     index = window_index(windows, offsets)
     if index is None:  # ragged windows: the whole tensor
@@ -97,11 +98,9 @@ def written_change(x: torch.Tensor, write, span: slice, offsets, store, featuriz
         return written - x, lambda t: t
     rows, cols = index
     compact = x[rows, cols]
-    width = cols.shape[1]
-    local = _windows_from_zero(write, width)
     written = compact.clone()
-    put(written, local, span, (0,) * len(windows), store, featurizer, custom)
-    return written - compact, lambda t: t[rows, cols]
+    put(written, _windows_from_zero(write, cols.shape[1]), span, (0,) * len(windows), store, featurizer, custom)
+    return written - compact, lambda t: t[:, rows, cols]
 
 
 def _windows_from_zero(write, width: int):
