@@ -48,6 +48,8 @@ class NdifEngine(NnterpEngine):
     capabilities = frozenset({"remote", "heads", "training"})
     runs_remote = True
     Options = NdifOptions
+    waiting: set[str] = frozenset()
+    """The ids of the chunk's jobs sent (or kept by an interrupted run) and not collected yet."""
     store = None
     """The resume store of a run with --out (``causalab_core.resume.Store``; set by ``api.run``): where each
     job's id is kept as soon as it is sent, for a ``--resume`` to collect it."""
@@ -156,9 +158,11 @@ class NdifEngine(NnterpEngine):
             print(f"warning: {line}", file=sys.stderr)
 
         ledger = dict(self.store.remote_jobs()) if self.store is not None else {}
+        self.waiting = set()
         done, sized = jobs.run_jobs(list(plan.points), ledger=ledger, note=note, submit=submit,
                                     wait=lambda job: jobs.collect(job, model_key, host), host=host,
-                                    cap_s=self.options.max_job_s, sized=self.details.get("job_size"), warn=warn)
+                                    cap_s=self.options.max_job_s, sized=self.details.get("job_size"), warn=warn,
+                                    waiting=self.waiting)
         if sized is not None:
             self.details["job_size"] = sized
         results = {}
@@ -168,8 +172,9 @@ class NdifEngine(NnterpEngine):
         return results, served, done[0].code, [job.summary() for job in done]
 
     def _kept_jobs(self) -> int:
-        """How many of this run's jobs the resume store keeps (a failure's line says --resume collects them)."""
-        return len(self.store.remote_jobs()) if self.store is not None else 0
+        """How many jobs of the chunk were sent and not collected, their ids in the resume store (a failure's
+        line says --resume collects them)."""
+        return len(self.waiting) if self.store is not None else 0
 
     @staticmethod
     def _installed_requirements(classes):

@@ -136,13 +136,14 @@ def points_per_job(cap_s: float, probe_s: float, probe_points: int) -> int:
 def run_jobs(points: list[Any], *, ledger: dict[str, dict[str, Any]],
              note: Callable[[str, dict[str, Any] | None], None], submit: Callable[[list[Any]], Job],
              wait: Callable[[Job], dict[str, Any]], host: str, cap_s: float | None,
-             sized: dict[str, Any] | None, warn: Callable[[str], None]) -> tuple[list[Job], dict[str, Any] | None]:
+             sized: dict[str, Any] | None, warn: Callable[[str], None], waiting: set[str]) -> tuple[list[Job], dict[str, Any] | None]:
     """Every point of ``points`` collected from a job: the jobs, in the order they were collected, and how
     jobs are sized (``sized``, or the estimate made here).
 
     ``ledger``: the jobs kept by id (an interrupted run's among them); ``note(id, record)`` keeps one at once
     (``None`` forgets it); ``submit(points)`` sends a job; ``wait(job)`` collects it; ``warn(line)`` says a
-    job was sent again. With a cap ``cap_s``
+    job was sent again; ``waiting`` holds, at every moment, the ids of the jobs sent (or kept by an
+    interrupted run) and not collected yet. With a cap ``cap_s``
     and no estimate yet (``sized``), the first job is a probe of one point, collected alone: its time on the
     server sizes every later job (:func:`points_per_job`). Without a cap, one job holds every point left.
     """
@@ -155,27 +156,32 @@ def run_jobs(points: list[Any], *, ledger: dict[str, dict[str, Any]],
         names = set(record.get("points", ()))
         if names and names <= wanted.keys() and not names & taken:
             kept.append(Job.from_record(job_id, record))
+            waiting.add(job_id)
             taken |= names
     left = [p for p in points if p.name not in taken]
 
     def sent(chunk: list[Any]) -> Job:
         job = submit(chunk)
         note(job.id, job.record())  # before it is waited for: a client killed now leaves its id behind
+        waiting.add(job.id)
         return job
 
     def finish(job: Job) -> Job:
         while True:
             try:
                 job.result = wait(job)
+                waiting.discard(job.id)
                 return job
             except JobGone as gone:
                 many = "s" if len(job.points) != 1 else ""
                 warn(f"the NDIF server at {host} no longer knows job {job.id} ({len(job.points)} point{many}, sent "
                      f"by {'this' if job.by_this_run else 'an interrupted'} run): {gone}; its points are sent again")
                 note(job.id, None)
+                waiting.discard(job.id)
                 job = sent([wanted[name] for name in job.points])
             except RemoteError:  # it failed there: over, and --resume would only read the same failure
                 note(job.id, None)
+                waiting.discard(job.id)
                 raise
 
     done: list[Job] = []
