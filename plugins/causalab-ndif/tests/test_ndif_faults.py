@@ -78,6 +78,9 @@ def test_a_model_actor_killed_mid_job_is_named(ndif_server, tmp_path):
     assert code == 1
     assert line.startswith(f"EngineError: the model deployment on the NDIF server at {ndif_server.host} was lost "
                            "mid-job (its actor died or stopped)"), text[-800:]
+    # The job failed there: its id is forgotten (a --resume would only read the same failure), and with no
+    # point kept the run leaves nothing beside --out.
+    assert not (tmp_path / ".o.resume").exists()
 
 
 def test_a_model_actor_that_stops_answering_is_bounded_by_the_timeout(ndif_server, tmp_path):
@@ -104,6 +107,14 @@ def test_a_model_actor_that_stops_answering_is_bounded_by_the_timeout(ndif_serve
     assert seconds < 20 + 10  # the timeout counts from sending the job; then the client exits
     # The spinner's line was ended before the error: the error is a line of its own.
     assert text.endswith("\n" + line + "\n")
+    # No point was kept, but the job's id was: once the actor answers again, --resume collects that job.
+    sent = list(json.loads((tmp_path / ".o.resume" / "resume.json").read_text())["remote_jobs"])
+    assert len(sent) == 1
+    resumed = ndif_server.run([CAUSALAB, "run", str(tmp_path / "long.json"), "--engine", "ndif", "--out",
+                               str(tmp_path / "o"), "--option", "timeout=20", "--resume"])
+    assert resumed.returncode == 0, resumed.stderr
+    assert [(job["id"], job["collected"]) for job in json.loads((tmp_path / "o" / "run.json").read_text())["jobs"]] == [
+        (sent[0], "by --resume")]
 
 
 def test_redis_killed_mid_job_is_named_and_a_restarted_server_runs_again(ndif_server, restart_server, tmp_path):
