@@ -28,15 +28,9 @@ from causalab_core.runtime.scores import answer_scores
 from causalab_core.runtime.windows import SITE_ORDER, as_heads, window_index
 
 
-def estimated_runs(points, input_name: str | None = None) -> list:
-    """The plan's runs it estimates (of one input, if named), in plan order."""
-    return [step for point in points for step in point.steps
-            if step.kind == "run" and step.estimate is not None and input_name in (None, step.input)]
-
-
-def probed_sites(steps) -> list:
+def written_sites(steps) -> list:
     """One site per (module, tensor) the estimated ``steps`` write, in the order a forward reaches them (a head's
-    site stands for its module's whole tensor: every head of it is one probe)."""
+    site stands for its module's whole tensor, which every head of it shares)."""
     sites = {}
     for step in steps:
         for write in step.writes:

@@ -13,7 +13,7 @@ from causalab_core.ir import Fit, Plan, Run
 from causalab_core.runtime import (
     Batch, answer_scores, applier, as_heads, batches, featurizers_for, fit_featurizer, gather, joined, minibatch, put,
 )
-from causalab_core.runtime.attribution import estimate, gradients, probed_sites, site_key
+from causalab_core.runtime.attribution import estimate, gradients, written_sites, site_key
 from causalab_core.runtime.positions import (
     UNSUPPORTED, CleanCaches, EagerAttention, decide, first_written_position, keys_values, last_position, prefix_cache,
     rows_per_batch, tail_batch, tail_output, trims_last_mlp, widened,
@@ -166,7 +166,7 @@ class Execution:
             groups.setdefault((item[0].input, item[0].scoring.columns), []).append(item)
         parts: dict[str, list] = {}
         for (input_name, _), items in groups.items():
-            sites = probed_sites([step for step, _, _ in items])
+            sites = written_sites([step for step, _, _ in items])
             for batch in self.batches[input_name] if b is None else self.batches[input_name][b:b + 1]:
                 span = slice(batch.start, batch.stop)
                 tensors: dict = {}

@@ -18,7 +18,7 @@ from causalab_core.runtime.positions import (
     UNSUPPORTED, CleanCaches, EagerAttention, first_written_position, keys_values, last_position, prefix_cache,
     rows_per_batch, tail_batch, tail_output, trims_last_mlp, widened,
 )
-from causalab_core.runtime.attribution import estimate, gradients, probed_sites, site_key
+from causalab_core.runtime.attribution import estimate, gradients, written_sites, site_key
 from causalab_core.runtime.reuse import CleanPrefixes, first_written_layer, is_shared, shared_reads, split_shared
 from causalab_nnterp.sites import by_nnterp_name
 
@@ -160,7 +160,7 @@ def estimates(model, batch_list, items, layers_path, site_tensor=by_nnterp_name)
     per batch one clean trace, its first block's input made to require grad and the scores' gradients at each
     written site taken inside it (``runtime.attribution``), then each run's estimate.
     Returns ``{step path: [scores per batch]}``."""
-    sites, scoring = probed_sites([step for step, _, _ in items]), items[0][0].scoring
+    sites, scoring = written_sites([step for step, _, _ in items]), items[0][0].scoring
     parts = {}
     for batch in batch_list:
         span = slice(batch.start, batch.stop)
