@@ -211,3 +211,18 @@ def test_a_read_of_an_estimated_run_is_refused(tiny_llama, write_doc):
     doc["reads"]["after"] = {"input": "base", "layer": 3, "position": -1}
     with pytest.raises(PlanError, match=r"\$\.reads\.after: .*estimates instead of running"):
         api.plan(write_doc(doc, ROWS))
+
+
+@pytest.mark.parametrize("change,where", [
+    (lambda doc: doc.update(writes={}, metrics={}), r"\$\.estimate: the document writes nothing"),
+    (lambda doc: doc["metrics"]["ld"].update(input="counterfactual") or doc["metrics"]["lp"].update(
+        input="counterfactual"), r"\$\.writes\.patch: .*no metric scores it"),
+    (lambda doc: doc["estimate"].update(confirm={"top": 2, "metric": "nope"}), r"\$\.estimate\.confirm\.metric"),
+])
+def test_what_cannot_be_estimated_is_one_line(tiny_llama, write_doc, change, where):
+    from causalab_core.errors import CausalabError
+
+    doc = document(tiny_llama, "block_output")
+    change(doc)
+    with pytest.raises(CausalabError, match=where):
+        api.plan(write_doc(doc, ROWS))

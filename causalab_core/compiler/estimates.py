@@ -27,7 +27,15 @@ def check_estimable(doc: Any, registry: Any, metric_params: dict[str, Any]) -> N
         if wide:
             raise PlanError(f"$.metrics.{name}: metric kind {metric.kind!r} reads the view {wide[0]!r}, which "
                             f"$.estimate does not estimate (metrics that work: {works})")
+    if not doc.writes:
+        raise PlanError("$.estimate: the document writes nothing, so there is nothing to estimate")
     written = {w.input for w in doc.writes.values()}
+    default = next(iter(doc.writes.values())).input
+    scored = {m.input or default for m in doc.metrics.values()}
+    for name, write in doc.writes.items():
+        if write.input not in scored:
+            raise PlanError(f"$.writes.{name}: $.estimate estimates the scores of input {write.input!r}'s run, and "
+                            "no metric scores it")
     for name, read in doc.reads.items():
         if read.input in written:
             raise PlanError(f"$.reads.{name}: reads input {read.input!r}, whose run $.estimate estimates "
