@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from causalab_core import api
+from tests.readme_sections import Section
 
 ROOT = Path(__file__).parent.parent
 REAL = ROOT / "documents" / "real"
@@ -26,27 +27,8 @@ SITES = {"attn": "attn_output", "mlp": "mlp_output", "resid": "block_input"}
 CANDIDATES = ["base_answer", "label_count", "label_day", "label_answer"]
 
 
-def section() -> str:
-    return README.split(f"## {HEADING}\n")[1].split("\n## ")[0]
-
-
-def says(text: str) -> bool:
-    """The section says ``text`` (line breaks read as spaces)."""
-    return text in " ".join(section().split())
-
-
-def tables() -> list[list[list[str]]]:
-    """Each table of the section: its rows as cells (header first, the |---| line dropped)."""
-    found, current = [], []
-    for line in section().splitlines() + [""]:
-        if line.startswith("|---"):
-            continue
-        if line.startswith("| "):
-            current.append([c.strip() for c in line.strip().strip("|").split("|")])
-        elif current:
-            found.append(current)
-            current = []
-    return found
+STUDY = Section(README, HEADING)
+section, says, tables = STUDY.text, STUDY.says, STUDY.tables
 
 
 def recorded() -> dict[tuple[str, int, int | str], tuple[float, float]]:

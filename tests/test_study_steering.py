@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from causalab_core import api
+from tests.readme_sections import Section
 from causalab_core.causal import rows_digest
 
 ROOT = Path(__file__).parent.parent
@@ -34,27 +35,8 @@ ALPHAS = (0, 0.5, 1, 1.5, 2, 3)
 SEEDS = (0, 1, 2)
 
 
-def section() -> str:
-    return README.split(f"## {HEADING}\n")[1].split("\n## ")[0]
-
-
-def says(text: str) -> bool:
-    """The section says ``text`` (line breaks read as spaces)."""
-    return text in " ".join(section().split())
-
-
-def tables() -> list[list[list[str]]]:
-    """Each table of the section: its rows as cells (header first, the |---| line dropped)."""
-    found, current = [], []
-    for line in section().splitlines() + [""]:
-        if line.startswith("|---"):
-            continue
-        if line.startswith("| "):
-            current.append([c.strip() for c in line.strip().strip("|").split("|")])
-        elif current:
-            found.append(current)
-            current = []
-    return found
+STUDY = Section(README, HEADING)
+section, says, tables = STUDY.text, STUDY.says, STUDY.tables
 
 
 def numbers(cell: str) -> tuple[float, ...]:

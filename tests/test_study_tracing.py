@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from causalab_core import api
+from tests.readme_sections import Section
 
 ROOT = Path(__file__).parent.parent
 REAL = ROOT / "documents" / "real"
@@ -46,26 +47,15 @@ def key(position) -> str:
 
 
 def section(heading: str) -> str:
-    return README.split(f"## {heading}\n")[1].split("\n## ")[0]
+    return Section(README, heading).text()
 
 
 def says(heading: str, text: str) -> bool:
-    """The section says ``text`` (line breaks read as spaces)."""
-    return text in " ".join(section(heading).split())
+    return Section(README, heading).says(text)
 
 
 def tables(heading: str) -> list[list[list[str]]]:
-    """Each table of the section: its rows as cells (header first, the |---| line dropped)."""
-    found, current = [], []
-    for line in section(heading).splitlines() + [""]:
-        if line.startswith("|---"):
-            continue
-        if line.startswith("| "):
-            current.append([c.strip() for c in line.strip().strip("|").split("|")])
-        elif current:
-            found.append(current)
-            current = []
-    return found
+    return Section(README, heading).tables()
 
 
 def numbers(cell: str) -> tuple[float, ...]:
