@@ -14,11 +14,12 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
 
-from causalab_core import api
+from causalab_core import api, hookimpl
 from causalab_core.errors import EngineError
 from causalab_core.plugins import build_registry
 from causalab_core.resume import store_path
@@ -135,16 +136,21 @@ def test_a_client_of_another_ray_version_is_one_line(ray_cluster, tmp_path):
     assert not out.exists() and not store_path(out).exists()
 
 
-class ExtraPlugin:
-    """A plugin this client has and the workers do not."""
+def test_a_worker_without_the_plugins_the_plan_needs_is_refused_before_any_work(ray_cluster, tmp_path):
+    from causalab_metrics.answers import IIA
 
-    DISTRIBUTION = "causalab-only-here"
+    class Here(IIA):
+        name = "iia_here"
 
-
-def test_a_worker_without_the_clients_plugins_is_refused_before_any_work(ray_cluster, tmp_path):
+    only_here = types.ModuleType("only_here")  # a metric plugin this client has and the workers do not
+    only_here.DISTRIBUTION = "causalab-only-here"
+    only_here.causalab_metrics = hookimpl(lambda: [Here])
+    document = json.loads(SMALL.read_text())
+    document["metrics"]["iia_clean"]["kind"] = "iia_here"
+    (tmp_path / "doc.json").write_text(json.dumps(document))
     out = tmp_path / "o"
     with pytest.raises(EngineError) as refused:
-        api.run(SMALL, out=out, workers=2, registry=build_registry(extra=(ExtraPlugin,)))
+        api.run(tmp_path / "doc.json", out=out, workers=2, registry=build_registry(extra=(only_here,)))
     line = refused.value.one_line()
     assert "\n" not in line
     assert "does not have this client's causalab: causalab-only-here (client unknown " in line, line

@@ -71,7 +71,7 @@ class RayChunks:
         self.about = self._wait([a.about.remote() for a in self.actors], "start")
         for info in self.about:
             info["threads"] = threads
-        self._preflight(registry)
+        self._preflight(registry, plan, engine)
         shared = ray.put(plan)  # the plan travels once, as data; each chunk as its point indices
         self._wait([a.setup.remote(shared) for a in self.actors], "take the plan")
 
@@ -87,14 +87,23 @@ class RayChunks:
         except RayError as exc:
             raise self._failure(exc, f"a Ray worker could not {what}") from exc
 
-    def _preflight(self, registry: Any) -> None:
-        """Every worker has this client's causalab: the same distributions, versions and source digests (the
-        trained featurizers' files carry the combined digest, and every number comes from that code)."""
+    def _preflight(self, registry: Any, plan: Any, engine: str) -> None:
+        """Every worker has the client's causalab where the plan runs on it: core and the distributions of the
+        engine, featurizers, interventions and metrics the plan uses, at the same versions and source digests
+        (client-only plugins are not compared, as a remote server's preflight does not). A plan that trains a
+        featurizer compares every distribution: the trained file carries the client's combined digest."""
+        from causalab_core.provenance import components
+
         mine = {p.distribution: {"version": p.version, "digest": p.digest} for p in registry.distributions()}
+        used = {"causalab-core"} | {entry.rsplit(" ", 1)[0] for kind, names in
+                                    components(registry, plan, engine).items() if kind != "position"
+                                    for entry in names.values()}
+        trains = any(step.kind == "fit" for step in plan.steps())
         for info in self.about:
             theirs = info["causalab"]
+            compared = set(mine) | set(theirs) if trains else used
             skew = [f"{name} (client {_said(mine.get(name))}, worker {_said(theirs.get(name))})"
-                    for name in sorted(set(mine) | set(theirs)) if mine.get(name) != theirs.get(name)]
+                    for name in sorted(compared) if mine.get(name) != theirs.get(name)]
             if skew:
                 raise EngineError(f"{self._where()}: the Ray worker on {info['node']} (pid {info['pid']}) does not "
                                   f"have this client's causalab: {'; '.join(skew)}; install the same causalab and "
