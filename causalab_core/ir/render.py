@@ -41,7 +41,7 @@ def render(plan: Plan) -> str:
                 lines.append(f"    read  {step.read.name} @ {_site(step.read.site)} of {step.source_input}")
                 lines.append(f"    write {step.write.name} @ {_site(step.write.site)} of {step.target_input}")
                 continue
-            lines.append(f"  run {step.path}")
+            lines.append(f"  run {step.path}" + (f" (estimated by {step.estimate}, not run)" if step.estimate else ""))
             for read in step.reads:
                 lines.append(f"    read  {read.name} @ {_site(read.site)}")
                 lines.append(f"          {_windows(records[read.name])}")
