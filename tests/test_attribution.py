@@ -188,8 +188,12 @@ def test_files_say_estimate_and_the_top_points_are_patched_for_real(tiny_llama, 
             assert on_disk["patched"]["values"] == pytest.approx(patched[(m.point.name, m.name)]["values"], abs=1e-5)
         else:
             assert "patched" not in on_disk
-    summaries = load(tmp_path / "est").summaries
+    loaded = load(tmp_path / "est")
+    summaries = loaded.summaries
     assert set(summaries["estimate"]) == {"attribution"}
+    from causalab_report.page import provenance  # the report says the values are estimates
+
+    assert any(label == "estimated" and "patched for real" in value for label, value, _ in provenance(loaded))
     assert summaries["patched_mean"].notna().sum() == 3 * 2  # two metrics at each confirmed point
 
 

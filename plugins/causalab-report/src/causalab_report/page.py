@@ -212,6 +212,11 @@ def provenance(run: LoadedRun) -> list[tuple[str, str, str]]:
     r = run.run if isinstance(run.run, dict) else {}
     model = run.document.get("model") or {}
     items = [("engine", f"{r.get('engine')}{' (remote)' if r.get('remote') else ''}", "")]
+    if isinstance(r.get("estimate"), dict):  # the values are attribution's first-order estimates, not patched runs
+        confirmed = r["estimate"].get("confirmed") or {}
+        agreement = (f"; top {confirmed.get('top')} patched for real, spearman {confirmed.get('spearman')}"
+                     if confirmed else "")
+        items.append(("estimated", f"by {r['estimate'].get('method')}, not patched{agreement}", _plain(r["estimate"])))
     if isinstance(r.get("server"), dict):
         server = r["server"]
         versions = server.get("versions") or {}
