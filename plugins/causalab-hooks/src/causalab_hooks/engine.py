@@ -13,7 +13,7 @@ from causalab_core.ir import Fit, Plan, Run
 from causalab_core.runtime import (
     Batch, answer_scores, applier, as_heads, batches, featurizers_for, fit_featurizer, gather, joined, minibatch, put,
 )
-from causalab_core.runtime.attribution import estimate, gradients, written_sites, site_key
+from causalab_core.runtime.attribution import estimate, gradients, site_key, written_sites
 from causalab_core.runtime.positions import (
     UNSUPPORTED, CleanCaches, EagerAttention, decide, first_written_position, keys_values, last_position, prefix_cache,
     rows_per_batch, tail_batch, tail_output, trims_last_mlp, widened,
@@ -159,7 +159,7 @@ class Execution:
 
     def estimates(self, pending: list, b: int | None = None) -> dict[str, dict[str, torch.Tensor]]:
         """Every estimated run in ``pending`` ((step, store, featurizers) each), on every batch (or batch ``b``):
-        per input, one clean forward with a probe at each written site and a backward per score
+        per input, one clean forward keeping each written site's tensor and a backward per score
         (``runtime.attribution``), then each run's estimate from them."""
         groups: dict[tuple, list] = {}
         for item in pending:

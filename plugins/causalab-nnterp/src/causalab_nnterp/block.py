@@ -18,7 +18,7 @@ from causalab_core.runtime.positions import (
     UNSUPPORTED, CleanCaches, EagerAttention, first_written_position, keys_values, last_position, prefix_cache,
     rows_per_batch, tail_batch, tail_output, trims_last_mlp, widened,
 )
-from causalab_core.runtime.attribution import estimate, gradients, written_sites, site_key
+from causalab_core.runtime.attribution import estimate, gradients, site_key, written_sites
 from causalab_core.runtime.reuse import CleanPrefixes, first_written_layer, is_shared, shared_reads, split_shared
 from causalab_nnterp.sites import by_nnterp_name
 
