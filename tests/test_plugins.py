@@ -24,7 +24,7 @@ def test_plugins_lists_the_shipped_plugins_with_versions_hooks_and_digests():
     listing = {p["distribution"]: p for p in json.loads(result.stdout)}
     assert listing["causalab-hooks"]["provides"] == {"engine": ["hooks"]}
     assert listing["causalab-metrics"]["provides"] == {"metric": ["answer_rank", "iia", "kl", "logit_diff",
-                                                             "normalized_logit_diff", "p_answer"]}
+                                                             "logprob", "normalized_logit_diff", "p_answer"]}
     assert listing["causalab-positions"]["provides"] == {"position": ["index", "scoped_index", "variable"]}
     assert listing["causalab-nnterp"]["provides"] == {"engine": ["nnterp"]}
     assert listing["causalab-toy"]["hooks"] == ["causalab_causal_models", "causalab_model_source"]
