@@ -166,11 +166,15 @@ def test_a_workers_own_error_is_the_clients_one_line(ray_cluster, tmp_path):
     assert not out.exists() and not store_path(out).exists()
 
 
-def test_the_nnterp_engine_on_workers_writes_its_one_process_bytes(ray_cluster, tmp_path):
-    api.run(SMALL, out=tmp_path / "one", engine="nnterp")
-    api.run(SMALL, out=tmp_path / "w2", engine="nnterp", workers=2)
-    ray = same_run(tmp_path / "w2", tmp_path / "one")
-    assert sorted(c["points"] for c in ray["chunks"]) == ["0-3", "4-7"]
+def test_the_nnterp_engine_on_workers_writes_the_bytes_of_one_process(ray_cluster, one_process, tmp_path):
+    """The local engines write the same metric files at float32: nnterp on two workers, hooks in one process."""
+    out = tmp_path / "w2"
+    api.run(SWEEP, out=out, engine="nnterp", workers=2)
+    mine, theirs = tree(out), tree(one_process)
+    assert sorted(mine) == sorted(theirs)
+    assert [rel for rel in mine if mine[rel] != theirs[rel]] == ["manifest.json", "run.json"]
+    run = json.loads(mine["run.json"])
+    assert run["engine"] == "nnterp" and sorted(c["points"] for c in run["ray"]["chunks"]) == ["0-11", "12-23"]
 
 
 def descendants(pid: int) -> list[int]:
