@@ -7,6 +7,8 @@ Its session files live in the test's temporary folder.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 
@@ -14,6 +16,12 @@ import pytest
 def ray_cluster(tmp_path_factory):
     from causalab_ray.cluster import start_local
 
+    before = {k: v for k, v in os.environ.items() if k.startswith("RAY_")}
     cluster = start_local(cpus=2, temp_dir=str(tmp_path_factory.mktemp("ray")))
     yield cluster
     cluster.close()
+    # Ray leaves its settings in this process's environment (RAY_AUTH_MODE=token): later tests' processes
+    # do not inherit them.
+    for key in [k for k in os.environ if k.startswith("RAY_")]:
+        del os.environ[key]
+    os.environ.update(before)
