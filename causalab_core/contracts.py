@@ -362,6 +362,9 @@ class Metric:
     """True where the metric is a smooth function of the answer columns' logits and the log-sum-exp (view
     ``answers``) of the runs it reads: then a document may estimate it by attribution (``estimate``), which
     hands ``compute`` first-order estimates of those logits. An argmax or a rank is not (IIA, answer_rank)."""
+    reads_logsumexp: ClassVar[bool] = True
+    """False where the values never depend on ``inputs.logsumexp`` (a logit difference): an estimate for
+    such metrics alone skips the log-sum-exp's gradient, and hands ``compute`` the clean run's instead."""
 
     def columns(self, params: BaseModel) -> tuple[str, ...]:
         """The data columns whose answer tokens this metric reads."""

@@ -159,6 +159,17 @@ def test_the_estimate_is_the_derivative_of_patching(tiny_llama, write_doc):
             assert est[(layer, pos)][i] - clean == pytest.approx(slope, rel=5e-3, abs=2e-4)
 
 
+def test_a_logit_difference_alone_skips_the_log_sum_exp_and_estimates_the_same(tiny_llama, write_doc):
+    both = document(tiny_llama, "block_output")
+    alone = {**both, "metrics": {"ld": both["metrics"]["ld"]}}
+    plan = api.plan(write_doc(alone, ROWS, name="alone.json"))
+    assert {s.clean_logsumexp for p in plan.points for s in p.steps if s.estimate} == {True}
+    assert {s.clean_logsumexp for p in api.plan(write_doc(both, ROWS)).points for s in p.steps if s.estimate} == {None}
+    a, b = per_point(api.run(write_doc(alone, name="alone.json")), "ld"), per_point(api.run(write_doc(both)), "ld")
+    for key in a:
+        assert a[key] == pytest.approx(b[key], abs=1e-6)
+
+
 def test_nnterp_estimates_what_hooks_estimates(tiny_llama, tiny_gpt2, write_doc):
     for model_dir in (tiny_llama, tiny_gpt2):
         for site in SITES:

@@ -45,14 +45,18 @@ def check_estimable(doc: Any, registry: Any, metric_params: dict[str, Any]) -> N
                         f"({', '.join(doc.metrics)})")
 
 
-def estimated(points: tuple[Point, ...], method: str) -> tuple[Point, ...]:
-    """Each point's intervened runs (those that write) marked ``estimate=method``."""
+def estimated(points: tuple[Point, ...], doc: Any, registry: Any) -> tuple[Point, ...]:
+    """Each point's intervened runs (those that write) marked ``estimate``, and ``clean_logsumexp`` where no
+    metric scoring that input reads the log-sum-exp."""
+    default = next(iter(doc.writes.values())).input
+    reading = {m.input or default for m in doc.metrics.values() if registry.get("metric", m.kind).reads_logsumexp}
     return tuple(replace(point, steps=tuple(
-        replace(step, estimate=method) if step.kind == "run" and step.writes else step for step in point.steps))
-        for point in points)
+        replace(step, estimate=doc.estimate.method, clean_logsumexp=True if step.input not in reading else None)
+        if step.kind == "run" and step.writes else step for step in point.steps)) for point in points)
 
 
 def patched(points: tuple[Point, ...]) -> tuple[Point, ...]:
     """The same points, run for real."""
     return tuple(replace(point, steps=tuple(
-        replace(step, estimate=None) if step.kind == "run" else step for step in point.steps)) for point in points)
+        replace(step, estimate=None, clean_logsumexp=None) if step.kind == "run" else step for step in point.steps))
+        for point in points)

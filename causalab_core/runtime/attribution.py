@@ -42,13 +42,14 @@ def site_key(site) -> tuple:
     return (site.module, site.tensor)
 
 
-def gradients(last_logits: torch.Tensor, scoring, span: slice, tensors: dict) -> tuple[dict, dict]:
+def gradients(last_logits: torch.Tensor, scoring, span: slice, tensors: dict,
+              logsumexp: bool = True) -> tuple[dict, dict]:
     """The clean scores (``answer_scores``) and, per site key, the gradients of the scores (each answer column,
-    then the log-sum-exp) at its tensor, stacked ``[scores, *tensor shape]`` and summed over rows: rows do not
-    mix, so row r's part is its own."""
+    then the log-sum-exp unless ``logsumexp`` is False) at its tensor, stacked ``[scores, *tensor shape]`` and
+    summed over rows: rows do not mix, so row r's part is its own."""
     last = last_logits.float()
     ids = torch.tensor(scoring.token_ids[span], dtype=torch.long, device=last.device)
-    scores = [*last.gather(1, ids).sum(0).unbind(0), last.logsumexp(-1).sum()]
+    scores = [*last.gather(1, ids).sum(0).unbind(0), *([last.logsumexp(-1).sum()] if logsumexp else [])]
     keys, inputs = list(tensors), list(tensors.values())
     found = [torch.autograd.grad(score, inputs, retain_graph=k < len(scores) - 1, allow_unused=True)
              for k, score in enumerate(scores)]
@@ -66,7 +67,7 @@ def estimate(step, span: slice, offsets, clean: dict, values: dict, grads: dict,
     ``values``/``grads``: per site key, the clean tensor and the stacked gradients (``gradients``);
     ``featurizers``: what ``featurizers.featurizers_for`` hands a run of ``step`` (featurizers, and custom
     interventions' instances)."""
-    change = torch.zeros(span.stop - span.start, len(clean["answer_logits"][0]) + 1, dtype=torch.float64)
+    change = torch.zeros(span.stop - span.start, len(next(iter(grads.values()))), dtype=torch.float64)
     for write in step.writes:
         key = site_key(write.site)
         with torch.no_grad():
@@ -75,8 +76,9 @@ def estimate(step, span: slice, offsets, clean: dict, values: dict, grads: dict,
         g = at(as_heads(grads[key], write.site))  # [scores, rows, positions, width]
         change += torch.einsum("bpd,sbpd->bs", delta.float(), g).double().cpu()
     columns = clean["answer_logits"].shape[1]
+    lse = clean["logsumexp"].double() + change[:, columns] if change.shape[1] > columns else clean["logsumexp"]
     return {"answer_logits": (clean["answer_logits"].double() + change[:, :columns]).float(),
-            "logsumexp": (clean["logsumexp"].double() + change[:, columns]).float(),
+            "logsumexp": lse.float(),
             "clean_answer_logits": clean["answer_logits"], "clean_logsumexp": clean["logsumexp"]}
 
 

@@ -163,9 +163,9 @@ class Execution:
         (``runtime.attribution``), then each run's estimate from them."""
         groups: dict[tuple, list] = {}
         for item in pending:
-            groups.setdefault((item[0].input, item[0].scoring.columns), []).append(item)
+            groups.setdefault((item[0].input, item[0].scoring.columns, item[0].clean_logsumexp), []).append(item)
         parts: dict[str, list] = {}
-        for (input_name, _), items in groups.items():
+        for (input_name, _, _), items in groups.items():
             sites = written_sites([step for step, _, _ in items])
             for batch in self.batches[input_name] if b is None else self.batches[input_name][b:b + 1]:
                 span = slice(batch.start, batch.stop)
@@ -174,7 +174,8 @@ class Execution:
                 try:
                     with torch.enable_grad():
                         out = plain_forward(self.model, batch)
-                        clean, grads = gradients(out.logits[:, -1, :], items[0][0].scoring, span, tensors)
+                        clean, grads = gradients(out.logits[:, -1, :], items[0][0].scoring, span, tensors,
+                                                 not items[0][0].clean_logsumexp)
                 finally:
                     for h in handles:
                         h.remove()

@@ -79,6 +79,7 @@ class LogitDiff(Metric):
     name = "logit_diff"
     Params = LogitDiffParams
     differentiable = True
+    reads_logsumexp = False
 
     def columns(self, params: LogitDiffParams) -> tuple[str, ...]:
         return (params.target, params.other)

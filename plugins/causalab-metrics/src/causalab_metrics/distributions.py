@@ -73,6 +73,7 @@ class NormalizedLogitDiff(Metric):
     name = "normalized_logit_diff"
     Params = LogitDiffParams
     differentiable = True
+    reads_logsumexp = False
 
     def columns(self, params: LogitDiffParams) -> tuple[str, ...]:
         return (params.target, params.other)

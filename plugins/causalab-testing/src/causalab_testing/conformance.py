@@ -240,6 +240,12 @@ class MetricConformance:
             assert max(jumps, default=0.0) < 1e-2, (
                 f"metric {metric.name!r} says it has a gradient but jumps by {max(jumps):.3g} when the logits move "
                 "by 1e-4 (an argmax or a rank has no gradient: leave `differentiable` False)")
+            if not type(metric).reads_logsumexp:  # an estimate then hands it the clean run's log-sum-exp
+                inputs = self.build(metric, params, logits, shared=False)
+                moved = dataclasses.replace(inputs, logsumexp=inputs.logsumexp + 5.0)
+                assert _plain(metric.compute(params, inputs)) == _plain(metric.compute(params, moved)), (
+                    f"metric {metric.name!r} says it does not read the log-sum-exp (reads_logsumexp = False) but "
+                    "its values change with it")
 
     def test_params_forbid_unknown_keys(self, metric, params):
         assert_params_forbid_unknown_keys(f"metric {metric.name!r}", type(metric).Params, params.model_dump(mode="json"))
