@@ -362,9 +362,13 @@ class Metric:
     """True where the metric is a smooth function of the answer columns' logits and the log-sum-exp (view
     ``answers``) of the runs it reads: then a document may estimate it by attribution (``estimate``), which
     hands ``compute`` first-order estimates of those logits. An argmax or a rank is not (IIA, answer_rank)."""
-    reads_logsumexp: ClassVar[bool] = True
-    """False where the values never depend on ``inputs.logsumexp`` (a logit difference): an estimate for
-    such metrics alone skips the log-sum-exp's gradient, and hands ``compute`` the clean run's instead."""
+
+    def linear(self, params: BaseModel) -> Mapping[str, float] | None:
+        """Where the values depend on the intervened run's answer logits only through one linear combination of
+        them (a logit difference: ``{target: 1, other: -1}``; a log-probability: ``{answer: 1, "logsumexp": -1}``),
+        that combination (columns, and ``logsumexp``, to coefficients); None otherwise. An estimate for such
+        metrics takes one backward per combination, not one per column (``Run.combinations``)."""
+        return None
 
     def columns(self, params: BaseModel) -> tuple[str, ...]:
         """The data columns whose answer tokens this metric reads."""

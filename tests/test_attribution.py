@@ -159,15 +159,21 @@ def test_the_estimate_is_the_derivative_of_patching(tiny_llama, write_doc):
             assert est[(layer, pos)][i] - clean == pytest.approx(slope, rel=5e-3, abs=2e-4)
 
 
-def test_a_logit_difference_alone_skips_the_log_sum_exp_and_estimates_the_same(tiny_llama, write_doc):
+def test_metrics_read_through_one_combination_take_one_backward_each_and_estimate_the_same(tiny_llama, write_doc):
+    """A logit difference alone: one backward (target - other), not three (each column and the log-sum-exp);
+    with a log-probability beside it, two. The logit difference's estimate is the same either way (and the
+    test above holds the two-metric document to a plain-torch gradient)."""
     both = document(tiny_llama, "block_output")
     alone = {**both, "metrics": {"ld": both["metrics"]["ld"]}}
-    plan = api.plan(write_doc(alone, ROWS, name="alone.json"))
-    assert {s.clean_logsumexp for p in plan.points for s in p.steps if s.estimate} == {True}
-    assert {s.clean_logsumexp for p in api.plan(write_doc(both, ROWS)).points for s in p.steps if s.estimate} == {None}
-    a, b = per_point(api.run(write_doc(alone, name="alone.json")), "ld"), per_point(api.run(write_doc(both)), "ld")
-    for key in a:
-        assert a[key] == pytest.approx(b[key], abs=1e-6)
+
+    def combinations(doc, name):
+        return {s.combinations for p in api.plan(write_doc(doc, ROWS, name=name)).points for s in p.steps if s.estimate}
+
+    assert combinations(alone, "alone.json") == {((1.0, -1.0, 0.0),)}  # columns cf_answer, base_answer, logsumexp
+    assert combinations(both, "both.json") == {((1.0, -1.0, 0.0), (1.0, 0.0, -1.0))}
+    got, want = per_point(api.run(write_doc(alone, name="alone.json")), "ld"), per_point(api.run(write_doc(both)), "ld")
+    for key in got:
+        assert got[key] == pytest.approx(want[key], abs=1e-5)
 
 
 def test_nnterp_estimates_what_hooks_estimates(tiny_llama, tiny_gpt2, write_doc):

@@ -383,7 +383,7 @@ class Compiler:
             check_estimable(self.doc, self.registry, self.metric_params)
         built = tuple(self.point(name, values) for name, values in points(self.doc))
         if self.doc.estimate is not None:
-            built = estimated(built, self.doc, self.registry)
+            built = estimated(built, self.doc, self.registry, self.metric_params)
         runs = [st for p in built for st in p.steps if st.kind == "run"]
         requires = tuple(name for name, needed in (
             ("heads", any(s.site.component == "head" for st in runs for s in (*st.reads, *st.writes))),

@@ -45,18 +45,34 @@ def check_estimable(doc: Any, registry: Any, metric_params: dict[str, Any]) -> N
                         f"({', '.join(doc.metrics)})")
 
 
-def estimated(points: tuple[Point, ...], doc: Any, registry: Any) -> tuple[Point, ...]:
-    """Each point's intervened runs (those that write) marked ``estimate``, and ``clean_logsumexp`` where no
-    metric scoring that input reads the log-sum-exp."""
+def combinations(step, doc: Any, registry: Any, metric_params: dict[str, Any]) -> tuple | None:
+    """The linear combinations of ``step``'s scores (its columns, then the log-sum-exp) its metrics read it
+    through (``Metric.linear``), or None where one of them reads more, or as many as there are scores."""
     default = next(iter(doc.writes.values())).input
-    reading = {m.input or default for m in doc.metrics.values() if registry.get("metric", m.kind).reads_logsumexp}
+    found = []
+    for name, metric in doc.metrics.items():
+        if (metric.input or default) != step.input:
+            continue
+        linear = registry.get("metric", metric.kind)().linear(metric_params[name])
+        if linear is None:
+            return None
+        keys = (*step.scoring.columns, "logsumexp")
+        row = tuple(float(sum(c for k, c in linear.items() if k == key)) for key in keys)
+        if row not in found:
+            found.append(row)
+    return tuple(found) if len(found) <= len(step.scoring.columns) else None
+
+
+def estimated(points: tuple[Point, ...], doc: Any, registry: Any, metric_params: dict[str, Any]) -> tuple[Point, ...]:
+    """Each point's intervened runs (those that write) marked ``estimate``, with the combinations of their
+    scores the metrics read (``combinations``)."""
     return tuple(replace(point, steps=tuple(
-        replace(step, estimate=doc.estimate.method, clean_logsumexp=True if step.input not in reading else None)
+        replace(step, estimate=doc.estimate.method, combinations=combinations(step, doc, registry, metric_params))
         if step.kind == "run" and step.writes else step for step in point.steps)) for point in points)
 
 
 def patched(points: tuple[Point, ...]) -> tuple[Point, ...]:
     """The same points, run for real."""
     return tuple(replace(point, steps=tuple(
-        replace(step, estimate=None, clean_logsumexp=None) if step.kind == "run" else step for step in point.steps))
+        replace(step, estimate=None, combinations=None) if step.kind == "run" else step for step in point.steps))
         for point in points)

@@ -161,9 +161,11 @@ class Run:
     """``attribution``: the engine does not run the writes; it estimates the scores they would give to first
     order, (written - clean) . d score / d activation, from one clean forward and backward of ``input``
     (``runtime.attribution``). The results are estimated scores, in the same keys as a run's."""
-    clean_logsumexp: bool | None = None
-    """An estimated run none of whose metrics reads the log-sum-exp (``Metric.reads_logsumexp``): its gradient
-    is not taken (one backward fewer) and the clean run's comes back in its place."""
+    combinations: tuple[tuple[float, ...], ...] | None = None
+    """An estimated run whose metrics read its scores only through these linear combinations (``Metric.linear``;
+    coefficients of the answer columns, then the log-sum-exp): one backward each, instead of one per column
+    and one for the log-sum-exp (None). The scores that come back are the least change that gives each
+    combination its estimate."""
     kind: Literal["run"] = "run"
 
 
@@ -278,7 +280,7 @@ class Plan:
         return asdict(self, dict_factory=_plain_dict)
 
 
-OPTIONAL = ("intervention", "init_seed", "estimate", "clean_logsumexp")
+OPTIONAL = ("intervention", "init_seed", "estimate", "combinations")
 """Fields left out of a node's dict when absent: a plan that does not use them is the dict it was before they
 existed (``resume.plan_digest`` and ``causalab plan --json`` read it)."""
 

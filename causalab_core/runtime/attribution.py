@@ -43,13 +43,15 @@ def site_key(site) -> tuple:
 
 
 def gradients(last_logits: torch.Tensor, scoring, span: slice, tensors: dict,
-              logsumexp: bool = True) -> tuple[dict, dict]:
+              combinations=None) -> tuple[dict, dict]:
     """The clean scores (``answer_scores``) and, per site key, the gradients of the scores (each answer column,
-    then the log-sum-exp unless ``logsumexp`` is False) at its tensor, stacked ``[scores, *tensor shape]`` and
-    summed over rows: rows do not mix, so row r's part is its own."""
+    then the log-sum-exp; or each of ``combinations`` of them, ``Run.combinations``) at its tensor, stacked
+    ``[scores, *tensor shape]`` and summed over rows: rows do not mix, so row r's part is its own."""
     last = last_logits.float()
     ids = torch.tensor(scoring.token_ids[span], dtype=torch.long, device=last.device)
-    scores = [*last.gather(1, ids).sum(0).unbind(0), *([last.logsumexp(-1).sum()] if logsumexp else [])]
+    every = torch.cat([last.gather(1, ids), last.logsumexp(-1, keepdim=True)], 1).sum(0)
+    scores = list(every.unbind(0)) if combinations is None else [
+        (torch.tensor(c, device=last.device) * every).sum() for c in combinations]
     keys, inputs = list(tensors), list(tensors.values())
     found = [torch.autograd.grad(score, inputs, retain_graph=k < len(scores) - 1, allow_unused=True)
              for k, score in enumerate(scores)]
@@ -75,10 +77,11 @@ def estimate(step, span: slice, offsets, clean: dict, values: dict, grads: dict,
                                        featurizers[write.name], featurizers.get(applier(write)))
         g = at(as_heads(grads[key], write.site))  # [scores, rows, positions, width]
         change += torch.einsum("bpd,sbpd->bs", delta.float(), g).double().cpu()
+    if step.combinations is not None:  # the least change of the scores that gives each combination its change
+        change = change @ torch.linalg.pinv(torch.tensor(step.combinations, dtype=torch.float64)).T
     columns = clean["answer_logits"].shape[1]
-    lse = clean["logsumexp"].double() + change[:, columns] if change.shape[1] > columns else clean["logsumexp"]
     return {"answer_logits": (clean["answer_logits"].double() + change[:, :columns]).float(),
-            "logsumexp": lse.float(),
+            "logsumexp": (clean["logsumexp"].double() + change[:, columns]).float(),
             "clean_answer_logits": clean["answer_logits"], "clean_logsumexp": clean["logsumexp"]}
 
 

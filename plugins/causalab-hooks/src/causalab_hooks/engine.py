@@ -163,7 +163,7 @@ class Execution:
         (``runtime.attribution``), then each run's estimate from them."""
         groups: dict[tuple, list] = {}
         for item in pending:
-            groups.setdefault((item[0].input, item[0].scoring.columns, item[0].clean_logsumexp), []).append(item)
+            groups.setdefault((item[0].input, item[0].scoring.columns, item[0].combinations), []).append(item)
         parts: dict[str, list] = {}
         for (input_name, _, _), items in groups.items():
             sites = written_sites([step for step, _, _ in items])
@@ -175,7 +175,7 @@ class Execution:
                     with torch.enable_grad():
                         out = plain_forward(self.model, batch)
                         clean, grads = gradients(out.logits[:, -1, :], items[0][0].scoring, span, tensors,
-                                                 not items[0][0].clean_logsumexp)
+                                                 items[0][0].combinations)
                 finally:
                     for h in handles:
                         h.remove()

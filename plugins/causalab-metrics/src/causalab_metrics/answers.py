@@ -79,7 +79,9 @@ class LogitDiff(Metric):
     name = "logit_diff"
     Params = LogitDiffParams
     differentiable = True
-    reads_logsumexp = False
+
+    def linear(self, params: LogitDiffParams):
+        return {params.target: 1.0, params.other: -1.0}
 
     def columns(self, params: LogitDiffParams) -> tuple[str, ...]:
         return (params.target, params.other)
@@ -102,6 +104,9 @@ class PAnswer(Metric):
     Params = PAnswerParams
     differentiable = True
 
+    def linear(self, params: PAnswerParams):  # the exponential of the log-probability
+        return {params.answer: 1.0, "logsumexp": -1.0}
+
     def columns(self, params: PAnswerParams) -> tuple[str, ...]:
         return (params.answer,)
 
@@ -116,6 +121,9 @@ class LogProb(Metric):
     name = "logprob"
     Params = PAnswerParams
     differentiable = True
+
+    def linear(self, params: PAnswerParams):
+        return {params.answer: 1.0, "logsumexp": -1.0}
 
     def columns(self, params: PAnswerParams) -> tuple[str, ...]:
         return (params.answer,)

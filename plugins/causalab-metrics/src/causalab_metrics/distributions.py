@@ -73,7 +73,9 @@ class NormalizedLogitDiff(Metric):
     name = "normalized_logit_diff"
     Params = LogitDiffParams
     differentiable = True
-    reads_logsumexp = False
+
+    def linear(self, params: LogitDiffParams):  # of the intervened run; the clean and counterfactual runs are run
+        return {params.target: 1.0, params.other: -1.0}
 
     def columns(self, params: LogitDiffParams) -> tuple[str, ...]:
         return (params.target, params.other)

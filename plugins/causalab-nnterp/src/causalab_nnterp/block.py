@@ -171,7 +171,7 @@ def estimates(model, batch_list, items, layers_path, site_tensor=by_nnterp_name)
             for site in sites:
                 tensors[site_key(site)] = site_tensor(model, site)
             clean, grads = gradients(model.output.logits[:, -1, :], scoring, span, tensors,
-                                     not items[0][0].clean_logsumexp)
+                                     items[0][0].combinations)
         values = {key: t.detach() for key, t in tensors.items()}
         for step, store, featurizers in items:
             parts.setdefault(step.path, []).append(
@@ -253,7 +253,7 @@ def run_plan(model, plan, batch_size, classes, site_tensor=by_nnterp_name, *, op
                 caches.release(index)
         groups = {}
         for item in pending:
-            groups.setdefault((item[0].input, item[0].scoring.columns, item[0].clean_logsumexp), []).append(item)
+            groups.setdefault((item[0].input, item[0].scoring.columns, item[0].combinations), []).append(item)
         for (input_name, _, _), items in groups.items():
             for path, found in estimates(model, all_batches[input_name][chosen], items, plan.model.layers_path,
                                              site_tensor).items():

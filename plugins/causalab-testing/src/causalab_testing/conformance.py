@@ -240,12 +240,19 @@ class MetricConformance:
             assert max(jumps, default=0.0) < 1e-2, (
                 f"metric {metric.name!r} says it has a gradient but jumps by {max(jumps):.3g} when the logits move "
                 "by 1e-4 (an argmax or a rank has no gradient: leave `differentiable` False)")
-            if not type(metric).reads_logsumexp:  # an estimate then hands it the clean run's log-sum-exp
+            linear = metric.linear(params)
+            if linear is not None:  # an estimate then gets that combination right, not each score
                 inputs = self.build(metric, params, logits, shared=False)
-                moved = dataclasses.replace(inputs, logsumexp=inputs.logsumexp + 5.0)
-                assert _plain(metric.compute(params, inputs)) == _plain(metric.compute(params, moved)), (
-                    f"metric {metric.name!r} says it does not read the log-sum-exp (reads_logsumexp = False) but "
-                    "its values change with it")
+                keys = (*inputs.columns, "logsumexp")
+                c = torch.tensor([float(linear.get(k, 0.0)) for k in keys])
+                noise = torch.randn(len(inputs.eligible), len(keys), generator=torch.Generator().manual_seed(seed))
+                noise -= (noise @ c)[:, None] * c / (c @ c)  # moves every score but not the combination
+                moved = dataclasses.replace(inputs, logits=inputs.logits + noise[:, :-1],
+                                            logsumexp=inputs.logsumexp + noise[:, -1])
+                a, b = metric.compute(params, inputs).rows, metric.compute(params, moved).rows
+                assert all(x is None and y is None or abs(x - y) < 1e-4 for x, y in zip(a, b) if x == x), (
+                    f"metric {metric.name!r} says it reads the scores only through {dict(linear)} (`linear`) but its "
+                    "values change when they move and that combination does not")
 
     def test_params_forbid_unknown_keys(self, metric, params):
         assert_params_forbid_unknown_keys(f"metric {metric.name!r}", type(metric).Params, params.model_dump(mode="json"))
