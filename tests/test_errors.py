@@ -65,7 +65,7 @@ CASES = [
     ("missing model", _delete(["model"]), 2, ["$.model", "required"]),
     ("wrong version", _set(["version"], "1"), 2, ["$.version"]),
     ("unknown metric", _set(["metrics", "iia", "kind"], "accuracy"), 2,
-     ["$.metrics.iia.kind", "'accuracy'", "installed: answer_rank, iia, kl, logit_diff, normalized_logit_diff, p_answer"]),
+     ["$.metrics.iia.kind", "'accuracy'", "installed: answer_rank, iia, kl, logit_diff, logprob, normalized_logit_diff, p_answer"]),
     ("bad metric params", _set(["metrics", "iia", "label"], "nope"), 2, ["$.metrics.iia", "label 'nope'"]),
     ("unknown metric param", _set(["metrics", "logit_diff", "colour"], 1), 2, ["$.metrics.logit_diff.colour", "unknown key"]),
     ("unknown read", _set(["writes", "patch", "source"], "ghost"), 2, ["$.writes.patch.source", "'ghost'"]),
