@@ -56,8 +56,7 @@ def combinations(step, doc: Any, registry: Any, metric_params: dict[str, Any]) -
         linear = registry.get("metric", metric.kind)().linear(metric_params[name])
         if linear is None:
             return None
-        keys = (*step.scoring.columns, "logsumexp")
-        row = tuple(float(sum(c for k, c in linear.items() if k == key)) for key in keys)
+        row = tuple(float(linear.get(key, 0.0)) for key in (*step.scoring.columns, "logsumexp"))
         if row not in found:
             found.append(row)
     return tuple(found) if len(found) <= len(step.scoring.columns) else None
@@ -65,10 +64,16 @@ def combinations(step, doc: Any, registry: Any, metric_params: dict[str, Any]) -
 
 def estimated(points: tuple[Point, ...], doc: Any, registry: Any, metric_params: dict[str, Any]) -> tuple[Point, ...]:
     """Each point's intervened runs (those that write) marked ``estimate``, with the combinations of their
-    scores the metrics read (``combinations``)."""
-    return tuple(replace(point, steps=tuple(
-        replace(step, estimate=doc.estimate.method, combinations=combinations(step, doc, registry, metric_params))
-        if step.kind == "run" and step.writes else step for step in point.steps)) for point in points)
+    scores the metrics read (``combinations``: the same for every run of an input, worked out once and shared)."""
+    by_input: dict[str, tuple | None] = {}
+
+    def marked(step):
+        if step.input not in by_input:
+            by_input[step.input] = combinations(step, doc, registry, metric_params)
+        return replace(step, estimate=doc.estimate.method, combinations=by_input[step.input])
+
+    return tuple(replace(point, steps=tuple(marked(step) if step.kind == "run" and step.writes else step
+                                             for step in point.steps)) for point in points)
 
 
 def patched(points: tuple[Point, ...]) -> tuple[Point, ...]:
