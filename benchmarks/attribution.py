@@ -78,7 +78,7 @@ def toy_document(case: str, site: str, rows: int) -> dict:
 
 def shape(doc: dict) -> tuple[int, int]:
     from causalab_core.compiler.shell import load_shell, resolve_source
-    from causalab_core.plugins import registry
+    from causalab_core.plugins.registry import registry
 
     shell = load_shell(resolve_source(doc["model"]["key"], doc["model"].get("revision"), registry(), ROOT))
     return shell.config.num_hidden_layers, shell.config.num_attention_heads
@@ -128,10 +128,10 @@ def worker(spec: dict) -> dict:
     import torch
 
     from causalab_core import api
-    from causalab_core.output import write_folder
-    from causalab_core.plugins import registry
-    from causalab_core.provenance import run_record
-    from causalab_core.results import output_files, score
+    from causalab_core.results.folder import write_folder
+    from causalab_core.plugins.registry import registry
+    from causalab_core.plugins.provenance import run_record
+    from causalab_core.results.score import output_files, score
 
     cls = registry().get("engine", "hooks")
     engine = cls(options=cls.Options())
@@ -167,7 +167,7 @@ def spawn(doc: Path, out: Path) -> dict:
 # ---------------------------------------------------------------- agreement
 
 def agreement(patched: dict, estimate: dict) -> dict:
-    from causalab_core.confirm import spearman
+    from causalab_core.results.confirm import spearman
 
     names = [n for n in estimate["points"] if estimate["points"][n]["mean"] is not None]
     clean = {n: estimate["points"][n]["clean_mean"] for n in names}

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from causalab_core import api
-from causalab_core.plugins import registry
+from causalab_core.plugins.registry import registry
 from causalab_testing import models
 from causalab_testing.data import sweep_document, weekday_rows
 

@@ -201,7 +201,7 @@ class Causalab:
     """The document end to end through one engine instance: compile, execute, score, write."""
 
     def __init__(self, engine: str, options: dict):
-        from causalab_core.plugins import registry
+        from causalab_core.plugins.registry import registry
 
         cls = registry().get("engine", engine)
         self.engine = cls(options=cls.Options(**options))
@@ -209,10 +209,10 @@ class Causalab:
 
     def __call__(self, doc: Path, out: Path, layers: int, length: int) -> list[list[float]]:
         from causalab_core import api
-        from causalab_core.output import write_folder
-        from causalab_core.plugins import registry
-        from causalab_core.provenance import run_record
-        from causalab_core.results import output_files, score
+        from causalab_core.results.folder import write_folder
+        from causalab_core.plugins.registry import registry
+        from causalab_core.plugins.provenance import run_record
+        from causalab_core.results.score import output_files, score
 
         t0 = time.perf_counter()
         plan = api.plan(doc)

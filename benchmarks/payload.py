@@ -77,7 +77,7 @@ def measure(document: str, label: str = "") -> Payload:
 
     import causalab_core
     from causalab_core.api import featurizer_classes
-    from causalab_core.plugins import registry
+    from causalab_core.plugins.registry import registry
     from causalab_ndif.shipping import PlainModel, shipped_packages
     from causalab_nnterp import ServedTransformer, by_module_path
 

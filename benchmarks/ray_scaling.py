@@ -77,8 +77,8 @@ def split(doc: Path, workers: int) -> dict[str, float]:
 
 def timed_stages(doc: Path, workers: int) -> dict[str, float]:
     from causalab_core import api
-    from causalab_core.plugins import registry
-    from causalab_core.resume import open_store
+    from causalab_core.plugins.registry import registry
+    from causalab_core.results.resume import open_store
     from causalab_ray.cluster import start_local
     from causalab_ray.runner import RayChunks
 

@@ -43,7 +43,7 @@ def measure(doc: str, repeats: int, ray_dir: str) -> dict:
 
     from causalab_core import api
 
-    from causalab_core.plugins import registry
+    from causalab_core.plugins.registry import registry
     from heatmap import completed_jobs
 
     times: dict[str, list[float]] = {"compile": [], "local": [], "local execute": [], **{n: [] for n in REMOTE}}

@@ -34,10 +34,10 @@ import torch
 
 from causalab_core import api
 from causalab_core.compiler import load_shell
-from causalab_core.plugins import registry
-from causalab_core.output import write_folder
-from causalab_core.results import output_files, score
-from causalab_core.provenance import run_record
+from causalab_core.plugins.registry import registry
+from causalab_core.results.folder import write_folder
+from causalab_core.results.score import output_files, score
+from causalab_core.plugins.provenance import run_record
 from causalab_testing import models
 from causalab_testing.data import weekday_rows
 

@@ -5,7 +5,7 @@ when they run.
 """
 
 from causalab_core.errors import CausalabError, DocumentError, EngineError, PlanError, PluginError
-from causalab_core.hookspecs import hookimpl, hookspec
+from causalab_core.plugins.hookspecs import hookimpl, hookspec
 
 
 # The API pulls in the compiler; keep `import causalab_core` light for plugins.
@@ -31,8 +31,8 @@ def validate(*args, **kwargs):
 
 
 def load(out):
-    """A finished run's output folder as tidy tables (see :func:`causalab_core.table.load`)."""
-    from causalab_core.table import load
+    """A finished run's output folder as tidy tables (see :func:`causalab_core.results.table.load`)."""
+    from causalab_core.results.table import load
 
     return load(out)
 

@@ -11,20 +11,20 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from causalab_core.causal import rows_digest
+from causalab_core.document.causal import rows_digest
 from causalab_core.compiler import compile_document
-from causalab_core.confirm import confirm, estimate_record
-from causalab_core.contracts import HERE, Remote
+from causalab_core.results.confirm import confirm, run_estimate
+from causalab_core.plugins.contracts import HERE, Remote
 from causalab_core.document import LoadedDocument, load_document
 from causalab_core.errors import EngineError, OutputError, clip, echo, shorten
 from causalab_core.ir import Plan
-from causalab_core.plugins import Registry, registry as default_registry
-from causalab_core.provenance import run_record
-from causalab_core.output import check_out, write_folder
-from causalab_core.resume import (
+from causalab_core.plugins.registry import Registry, registry as default_registry
+from causalab_core.plugins.provenance import run_record
+from causalab_core.results.folder import check_out, write_folder
+from causalab_core.results.resume import (
     Store, chunk_size, has_store, open_store, ordered_files, plan_digest, point_files, store_path, was_forced,
 )
-from causalab_core.results import MetricResult, dump, output_files, score
+from causalab_core.results.score import MetricResult, dump, output_files, score
 
 
 def validate(path: str | Path, *, data_root: str | Path | None = None, registry: Registry | None = None) -> LoadedDocument:
@@ -115,10 +115,10 @@ def run(
 
     ``options``: the engine's own options (its ``Options`` model), e.g.
     ``{"allow_skew": True}`` for ``ndif``; validated before anything else runs.
-    ``remote``: one of the cases named in :mod:`causalab_core.contracts`:
+    ``remote``: one of the cases named in :mod:`causalab_core.plugins.contracts`:
     ``HERE`` (False), ``SIMULATED`` ("local"), ``CONFIGURED_HOST`` (True) or a host URL.
     With ``out``, the points run in chunks and each completed point is kept beside ``out``
-    (:mod:`causalab_core.resume`); ``resume`` runs only the points an interrupted run did not finish.
+    (:mod:`causalab_core.results.resume`); ``resume`` runs only the points an interrupted run did not finish.
     ``points_done(done, total)`` is called before the first chunk and after each one.
     ``workers`` / ``ray_address`` (with ``out``): the chunks run on that many workers of a local Ray cluster, or on
     the cluster at that address, through the installed chunk runner (``hookspecs.causalab_chunk_runner``).
@@ -162,7 +162,7 @@ def _run(reg: Registry, path: str | Path, *, out: str | Path | None, engine: str
         record = run_record(reg, engine=engine, remote=remote, batch_size=batch_size, plan=built, details=details)
         # Which rows were scored (a causal model's record says already): `causalab compare` tells data apart by it.
         record.setdefault("data", {"rows": len(loaded.rows), "sha256": rows_digest(loaded.rows)})
-        if (estimate := estimate_record(built)) is not None:
+        if (estimate := run_estimate(built)) is not None:
             record["estimate"] = estimate
         return record
 

@@ -123,7 +123,7 @@ def run(
     """Compile a document, run it on an engine, and write the output folder."""
     with reported(verbose):
         from causalab_core import api
-        from causalab_core.output import MANIFEST
+        from causalab_core.results.manifest import MANIFEST
 
         with Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -174,7 +174,7 @@ def plan(
 def plugins(verbose: Verbose = False) -> None:
     """List every loaded plugin: name, distribution, version, hooks and source digest (JSON)."""
     with reported(verbose):
-        from causalab_core.plugins import registry
+        from causalab_core.plugins.registry import registry
 
         reg = registry()
         listing = [
@@ -209,13 +209,13 @@ def table(
         import sys
 
         from causalab_core.errors import DocumentError, echo
-        from causalab_core.table import load
+        from causalab_core.results.table import load
 
         if fmt not in ("csv", "json"):
             raise DocumentError(f"--format {echo(fmt)}: expected csv or json")
         records = load(folder).records["summaries" if summaries else "rows"]
         if fmt == "json":
-            from causalab_core.results import NOT_A_NUMBER
+            from causalab_core.results.score import NOT_A_NUMBER
 
             def plain(value):  # strict JSON: a NaN is written as the metric files write it
                 return NOT_A_NUMBER[str(value)] if isinstance(value, float) and value != value or value in (
@@ -242,7 +242,7 @@ def compare(
     Exit code 0 when the runs' metric files are identical, 1 when they differ.
     """
     with reported(verbose):
-        from causalab_core.compare import compare as compare_runs, describe
+        from causalab_core.results.compare import compare as compare_runs, describe
 
         report = compare_runs(a, b)
         print(json.dumps(report, indent=1) if as_json else describe(report, str(a), str(b)))
@@ -263,8 +263,8 @@ def schema() -> None:
 def env(verbose: Verbose = False) -> None:
     """Print the Python, watched package versions and causalab digests of this environment (JSON)."""
     with reported(verbose):
-        from causalab_core.plugins import registry
-        from causalab_core.provenance import environment
+        from causalab_core.plugins.registry import registry
+        from causalab_core.plugins.provenance import environment
 
         print(json.dumps(environment(registry()), indent=2))
 
@@ -275,7 +275,7 @@ def add_plugin_commands(app: typer.Typer) -> None:
     Only the plugins whose module names the hook are loaded (`plugins.command_plugins`), so listing the
     commands costs no torch; a failure inside a plugin's hook is one line naming it."""
     from causalab_core.errors import PluginError
-    from causalab_core.plugins import blamed, command_plugins
+    from causalab_core.plugins.registry import blamed, command_plugins
 
     def names() -> list[str]:
         return [c.name or c.callback.__name__.replace("_", "-") for c in app.registered_commands] + \

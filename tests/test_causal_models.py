@@ -11,11 +11,11 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from causalab_core import api, hookimpl
-from causalab_core.causal import generate, solve
-from causalab_core.contracts import CausalModel
+from causalab_core.document.causal import generate, solve
+from causalab_core.plugins.contracts import CausalModel
 from causalab_core.document.schema import CausalModelSpec
 from causalab_core.errors import DocumentError
-from causalab_core.plugins import build_registry, registry
+from causalab_core.plugins.registry import build_registry, registry
 from causalab_testing.conformance import CausalModelConformance
 from causalab_testing.data import sweep_document
 from causalab_testing.models import COUNTS, DAYS
@@ -157,7 +157,7 @@ class Clashing(WordWeekdays):
     (("count", "day", "label_day"), {"answer": ("count", "day")}, ("var_label_day", "cf_var_label_day")),  # a label's
 ])
 def test_a_variable_taking_a_column_of_the_row_is_renamed(inputs, mechanisms, columns):
-    from causalab_core.causal import value_columns
+    from causalab_core.document.causal import value_columns
 
     model = type("Renamed", (Clashing,), {"inputs": inputs, "mechanisms": mechanisms})()
     renamed = mechanisms if "label_day" not in inputs else {"label_day": None}

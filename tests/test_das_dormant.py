@@ -24,7 +24,7 @@ def test_the_split_patch_is_what_plain_torch_computes(tmp_path):
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from causalab_core import causal
+    from causalab_core.document import causal
     from causalab_core.document.schema import CausalModelSpec
     from causalab_toy import models
     from causalab_toy.causal import Weekdays

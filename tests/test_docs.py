@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from causalab_core import api
-from causalab_core.plugins import build_registry
+from causalab_core.plugins.registry import build_registry
 from causalab_testing.data import sweep_document, weekday_rows
 
 ROOT = Path(__file__).parent.parent

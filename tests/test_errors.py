@@ -240,7 +240,7 @@ def test_a_relative_model_key_is_relative_to_the_document(base_doc, write_doc, t
 
 def _listed_run(folder, files: dict[str, bytes]):
     """A folder whose manifest vouches for ``files``: what causalab would have written, however odd."""
-    from causalab_core import output
+    from causalab_core.results import folder as output
 
     output.write_folder(folder, {"run.json": b"{}\n", **files}, force=False)
     return folder
@@ -392,7 +392,7 @@ def test_an_engine_options_model_validator_error_names_no_empty_key(base_doc, wr
 
     from causalab_core import api, hookimpl
     from causalab_core.errors import EngineError
-    from causalab_core.plugins import build_registry
+    from causalab_core.plugins.registry import build_registry
     from causalab_hooks.engine import HooksEngine
 
     class PairedOptions(BaseModel):
@@ -429,9 +429,9 @@ def test_model_validator_errors_of_plugin_parameters_name_the_object_not_an_empt
     from pydantic import BaseModel, ConfigDict, model_validator
 
     from causalab_core import api, hookimpl
-    from causalab_core.contracts import Featurizer, Metric
+    from causalab_core.plugins.contracts import Featurizer, Metric
     from causalab_core.errors import DocumentError, PlanError
-    from causalab_core.plugins import build_registry
+    from causalab_core.plugins.registry import build_registry
 
     class RangeParams(BaseModel):
         model_config = ConfigDict(frozen=True, extra="forbid")

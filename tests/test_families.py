@@ -36,9 +36,9 @@ import torch
 from pydantic import BaseModel, ConfigDict
 
 from causalab_core import api, hookimpl
-from causalab_core.contracts import Featurizer
+from causalab_core.plugins.contracts import Featurizer
 from causalab_core.errors import PlanError
-from causalab_core.plugins import build_registry
+from causalab_core.plugins.registry import build_registry
 from causalab_testing import families
 from causalab_testing.conformance import ragged_rows
 

@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from causalab_core import api
-from causalab_core.contracts import Engine
-from causalab_core.provenance import loaded_weights_dtype
+from causalab_core.plugins.contracts import Engine
+from causalab_core.plugins.provenance import loaded_weights_dtype
 from causalab_testing.conformance import ragged_rows
 from causalab_testing.data import sweep_document
 from causalab_testing.precision import at_dtype, deltas

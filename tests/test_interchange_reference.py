@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from causalab_core import api
-from causalab_core.plugins import registry
+from causalab_core.plugins.registry import registry
 from causalab_testing.data import sweep_document, weekday_rows
 
 PYVENE_COMPONENT = {

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from causalab_core import api, load
 from causalab_core.cli import app
-from causalab_core.intervals import bootstrap, with_interval
+from causalab_core.results.intervals import bootstrap, with_interval
 from causalab_testing.data import sweep_document, weekday_rows
 
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from causalab_core import api
 from causalab_core.cli import app
 from causalab_core.errors import EngineError
-from causalab_core.plugins import registry
+from causalab_core.plugins.registry import registry
 from causalab_testing.data import sweep_document, weekday_rows
 
 

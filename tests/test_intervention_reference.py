@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import save_file
 
 from causalab_core import api
-from causalab_core.plugins import registry
+from causalab_core.plugins.registry import registry
 from causalab_testing import families
 from causalab_testing.data import sweep_document, weekday_rows
 

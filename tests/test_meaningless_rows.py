@@ -289,7 +289,7 @@ def test_choices_tied_for_the_top_leave_iia_undefined_not_won_by_the_first(tiny_
 def test_iia_is_nan_only_on_the_rows_whose_choices_tie():
     import torch
 
-    from causalab_core.contracts import MetricInputs
+    from causalab_core.plugins.contracts import MetricInputs
     from causalab_metrics.answers import IIA, IIAParams
 
     logits = torch.tensor([[1.0, 2.0], [3.0, 3.0], [5.0, 4.0]])

@@ -15,9 +15,10 @@ import pytest
 from typer.testing import CliRunner
 
 import causalab_core
-from causalab_core import api, output
+from causalab_core import api
+from causalab_core.results import folder as output, manifest
 from causalab_core.errors import OutputError
-from causalab_core.resume import store_path
+from causalab_core.results.resume import store_path
 from causalab_testing.data import sweep_document, weekday_rows
 
 from causalab_report.commands import commands  # `causalab plot` is causalab-report's
@@ -246,6 +247,6 @@ def test_a_bind_mount_of_the_same_filesystem_is_written_in_place(tmp_path):
         output.write_folder(target, {"run.json": b"{}\n", "q/iia.json": b"2\n"}, force=True)
         assert sorted(str(p.relative_to(target)) for p in target.rglob("*")) == [
             "manifest.json", "q", "q/iia.json", "run.json"]
-        assert output.read_run(target)["q/iia.json"] == b"2\n"
+        assert manifest.read_run(target)["q/iia.json"] == b"2\n"
     finally:
         subprocess.run(["umount", "-l", str(target)], check=True)

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from causalab_core import api, output
-from causalab_core.contracts import PositionResolver, Resolved
+from causalab_core import api
+from causalab_core.results import folder as output
+from causalab_core.plugins.contracts import PositionResolver, Resolved
 from causalab_core.errors import OutputError, PlanError
 from causalab_core import hookimpl
-from causalab_core.plugins import build_registry
+from causalab_core.plugins.registry import build_registry
 from causalab_testing.data import sweep_document, weekday_rows
 
 
@@ -392,7 +393,7 @@ def test_a_signal_during_a_run_prints_interrupted_and_leaves_nothing(tiny_llama,
     assert process.returncode == code and last == "Interrupted", stderr
     assert all(re.fullmatch(r"causalab: \d+ of \d+ points done, .*", line) for line in progress), stderr
     assert not out.exists()
-    # Nothing else is left, but the points the run completed, kept for --resume (causalab_core.resume).
+    # Nothing else is left, but the points the run completed, kept for --resume (causalab_core.results.resume).
     left = [p for p in tmp_path.iterdir() if p.name.startswith(".")]
     assert [p.name for p in left] in ([], [".o.resume"])
     assert all((p / "resume.json").is_file() and any((p / "points").iterdir()) for p in left)
@@ -479,7 +480,7 @@ def test_a_repeated_sweep_value_is_refused(doc):
 
 
 def test_point_folders_never_collide_even_when_labels_would(tmp_path, monkeypatch):
-    from causalab_core.compiler import sweep
+    from causalab_core.document import sweep
 
     monkeypatch.setattr(sweep, "_NAME_LIMIT", 5)  # force the long-name hash on every point
     monkeypatch.setattr(sweep, "_hash", lambda value: "samehash")
@@ -499,7 +500,7 @@ def test_a_signal_another_thread_receives_still_waits_for_the_end_of_the_swap():
     and Python then raises in the main thread: the swap must still run to its end before the signal acts."""
     script = """
 import os, signal, threading, time
-from causalab_core.output import signals_deferred
+from causalab_core.results.folder import signals_deferred
 go = threading.Event()
 worker = threading.Thread(target=lambda: (go.wait(), os.kill(os.getpid(), signal.SIGINT)))
 worker.start()  # before the block, as torch's threads are: it does not share a mask the block sets

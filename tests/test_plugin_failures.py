@@ -15,11 +15,11 @@ from typer.testing import CliRunner
 
 from causalab_core import api, hookimpl
 from causalab_core.cli import app
-from causalab_core.contracts import (
+from causalab_core.plugins.contracts import (
     CausalModel, Engine, Featurizer, Metric, MetricValues, PositionResolver, Resolved, mean_over_eligible,
 )
 from causalab_core.errors import DocumentError, PluginError
-from causalab_core.plugins import build_registry
+from causalab_core.plugins.registry import build_registry
 from causalab_testing.data import sweep_document, weekday_rows
 
 
@@ -287,7 +287,7 @@ def test_a_plugin_command_hook_that_fails_is_named(monkeypatch):
     import typer
 
     from causalab_core import cli
-    from causalab_core.plugins import registry
+    from causalab_core.plugins.registry import registry
 
     ndif = next(p for p in registry().plugins if p.distribution == "causalab-ndif").module
     monkeypatch.setattr(ndif, "causalab_commands", lambda app: {}["ndif"])
@@ -411,7 +411,7 @@ def test_a_metric_returning_what_breaks_the_contract_is_named_before_any_file(re
 
 
 def test_a_value_for_a_row_that_is_not_eligible_breaks_the_contract():
-    from causalab_core.contracts import values_problem
+    from causalab_core.plugins.contracts import values_problem
 
     assert values_problem(MetricValues([0.5, None], {"mean": 0.5}), [True, False]) is None
     assert values_problem(MetricValues([0.5, float("nan")], {}), [True, True]) is None  # NaN: undefined, allowed

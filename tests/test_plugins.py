@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from causalab_core import api, hookimpl, hookspecs
+from causalab_core import api, hookimpl
+from causalab_core.plugins import hookspecs
 from causalab_core.cli import app
 from causalab_core.errors import PluginError
-from causalab_core.plugins import build_registry
+from causalab_core.plugins.registry import build_registry
 
 
 def test_plugins_lists_the_shipped_plugins_with_versions_hooks_and_digests():
@@ -81,7 +82,7 @@ def test_an_implementation_without_a_spec_is_refused():
 
 
 def test_the_digest_changes_when_a_plugin_source_changes(tmp_path):
-    from causalab_core.provenance import source_digest
+    from causalab_core.plugins.provenance import source_digest
 
     (tmp_path / "a.py").write_text("x = 1\n")
     before = source_digest(tmp_path)
@@ -131,7 +132,7 @@ def test_a_featurizer_added_through_the_registry_argument_runs_end_to_end(sweep_
     from pydantic import BaseModel, ConfigDict
 
     from causalab_core import api
-    from causalab_core.contracts import Featurizer
+    from causalab_core.plugins.contracts import Featurizer
 
     class PrefixParams(BaseModel):
         model_config = ConfigDict(frozen=True, extra="forbid")
@@ -183,7 +184,7 @@ def test_a_plugin_adds_commands_and_may_not_take_a_name_already_used(monkeypatch
 
     from causalab_core import cli
     from causalab_core.errors import PluginError
-    from causalab_core.plugins import registry
+    from causalab_core.plugins.registry import registry
 
     def app_with_run():
         app = typer.Typer()
@@ -272,7 +273,7 @@ def test_a_position_form_two_resolvers_accept_is_refused_naming_both(write_doc, 
 
 
 def test_plugins_lists_everything_and_warns_on_stderr_of_a_name_two_plugins_offer(monkeypatch):
-    from causalab_core import plugins
+    from causalab_core.plugins import registry as plugins
 
     registry = build_registry(extra=(_inline_plugin("imposter", "causalab-imposter", "iia"),
                                      _inline_plugin("copycat", "causalab-copycat", "kl")))
@@ -326,7 +327,7 @@ def test_help_names_a_command_plugin_that_fails_to_import(tmp_path):
 
 
 def test_a_metric_naming_its_columns_as_one_string_is_blamed_not_the_data(write_doc, tiny_llama):
-    from causalab_core.contracts import Metric, mean_over_eligible
+    from causalab_core.plugins.contracts import Metric, mean_over_eligible
     from causalab_testing.data import sweep_document, weekday_rows
 
     class OneString(Metric):

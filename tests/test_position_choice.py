@@ -18,8 +18,8 @@ from causalab_core import api
 from causalab_core.cli import app
 from causalab_core.compiler.reuse import CHECKED
 from causalab_core.errors import EngineError
-from causalab_core.plugins import registry
-from causalab_core.resume import chunk_size
+from causalab_core.plugins.registry import registry
+from causalab_core.results.resume import chunk_size
 from causalab_testing import families
 from causalab_testing.conformance import ragged_rows
 from causalab_testing.data import sweep_document

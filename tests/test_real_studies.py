@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from causalab_core import api, load
-from causalab_core.compiler.sweep import axis_label
+from causalab_core.document.sweep import axis_label
 
 ROOT = Path(__file__).parent.parent
 REAL = ROOT / "documents" / "real"

@@ -13,7 +13,7 @@ import pytest
 
 from causalab_core import api
 from causalab_core.errors import OutputError
-from causalab_core.resume import chunk_size, store_path
+from causalab_core.results.resume import chunk_size, store_path
 from causalab_testing.data import sweep_document, weekday_rows
 
 CAUSALAB = str(Path(sys.executable).parent / "causalab")
@@ -160,7 +160,7 @@ def test_a_store_holding_what_causalab_did_not_write_is_refused(long_sweep, tmp_
 
 
 def test_a_kept_file_changed_after_its_point_was_counted_is_refused_not_written_out(tmp_path):
-    from causalab_core.resume import open_store
+    from causalab_core.results.resume import open_store
 
     store = open_store(tmp_path / "o", {"document": "d"}, resume=False)
     store.keep(0, {"document.json": b"{}\n", "iia.json": b'{"values": [1.0]}\n'}, {})

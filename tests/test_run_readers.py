@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 import causalab_core
 from causalab_core import api
 from causalab_core.cli import app
-from causalab_core.compare import compare, describe
+from causalab_core.results.compare import compare, describe
 from causalab_core.errors import OutputError
 from causalab_report.plot import token_labels
 from causalab_testing.data import sweep_document, weekday_rows

@@ -19,7 +19,7 @@ import pytest
 
 from causalab_core import api
 from tests.readme_sections import Section
-from causalab_core.causal import rows_digest
+from causalab_core.document.causal import rows_digest
 
 ROOT = Path(__file__).parent.parent
 REAL = ROOT / "documents" / "real"

@@ -9,9 +9,9 @@ from typing import Any
 
 from causalab_core.compiler.prompts import check_prompts, tokenize_inputs, unknown_id
 from causalab_core.compiler.shell import Shell, load_shell, resolve_source
-from causalab_core.compiler.sweep import points, substitute
+from causalab_core.document.sweep import points, substitute
 from causalab_core.compiler.reuse import choose as choose_position_reuse
-from causalab_core.contracts import RUNS, VIEWS, Resolved
+from causalab_core.plugins.contracts import RUNS, VIEWS, Resolved
 from causalab_core.document import LoadedDocument, check_document
 from causalab_core.document.load import row_name
 from causalab_core.document.schema import ReadSpec, WriteSpec
@@ -22,7 +22,7 @@ from causalab_core.compiler.featurizers import TrainingRows, identity, train_row
 from causalab_core.ir import (
     FeaturizerRef, Fit, MetricPlan, Plan, Point, PositionRecord, Read, Run, Scoring, Write,
 )
-from causalab_core.plugins import Registry
+from causalab_core.plugins.registry import Registry
 
 
 def answer_token(tokenizer: Any, rows: tuple[dict, ...], column: str, where: str) -> tuple[int, ...]:

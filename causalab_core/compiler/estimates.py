@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from causalab_core.errors import PlanError
@@ -56,28 +55,20 @@ def combinations(step, doc: Any, registry: Any, metric_params: dict[str, Any]) -
         linear = registry.get("metric", metric.kind)().linear(metric_params[name])
         if linear is None:
             return None
-        row = tuple(float(linear.get(key, 0.0)) for key in (*step.scoring.columns, "logsumexp"))
+        row = tuple(float(linear.get(key, 0.0)) for key in step.scoring.scores)
         if row not in found:
             found.append(row)
-    return tuple(found) if len(found) <= len(step.scoring.columns) else None
+    return tuple(found) if len(found) < len(step.scoring.scores) else None
 
 
 def estimated(points: tuple[Point, ...], doc: Any, registry: Any, metric_params: dict[str, Any]) -> tuple[Point, ...]:
-    """Each point's intervened runs (those that write) marked ``estimate``, with the combinations of their
-    scores the metrics read (``combinations``: the same for every run of an input, worked out once and shared)."""
+    """Each point's estimable runs marked ``estimate``, with the combinations of their scores the metrics read
+    (``combinations``: the same for every run of an input, worked out once and shared)."""
     by_input: dict[str, tuple | None] = {}
 
-    def marked(step):
+    def shared(step):
         if step.input not in by_input:
             by_input[step.input] = combinations(step, doc, registry, metric_params)
-        return replace(step, estimate=doc.estimate.method, combinations=by_input[step.input])
+        return by_input[step.input]
 
-    return tuple(replace(point, steps=tuple(marked(step) if step.kind == "run" and step.writes else step
-                                             for step in point.steps)) for point in points)
-
-
-def patched(points: tuple[Point, ...]) -> tuple[Point, ...]:
-    """The same points, run for real."""
-    return tuple(replace(point, steps=tuple(
-        replace(step, estimate=None, combinations=None) if step.kind == "run" else step for step in point.steps))
-        for point in points)
+    return tuple(point.estimated(doc.estimate.method, shared) for point in points)

@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from causalab_core.causal import rows_digest
-from causalab_core.contracts import RowText
+from causalab_core.document.causal import rows_digest
+from causalab_core.plugins.contracts import RowText
 from causalab_core.document.load import Rows, load_rows, safetensors_metadata
 from causalab_core.document.schema import DataSpec
 from causalab_core.errors import DocumentError, PlanError, echo
-from causalab_core.output import vouched_file
+from causalab_core.results.manifest import vouched_file
 
 
 def data_digest(rows: tuple[dict, ...]) -> str:

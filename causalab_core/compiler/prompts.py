@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from causalab_core.contracts import RowText
+from causalab_core.plugins.contracts import RowText
 from causalab_core.document.load import row_name
 from causalab_core.errors import PlanError, echo, shorten
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from causalab_core.errors import PlanError, shorten
 from causalab_core.ir import ModelRef, Site
-from causalab_core.plugins import Registry
+from causalab_core.plugins.registry import Registry
 
 # Child-module names that architectures use for the same part of a block.
 ATTENTION_NAMES = ("self_attn", "attn", "attention", "self_attention")

@@ -12,7 +12,7 @@ from causalab_core.document.load import json_path
 from causalab_core.document.interventions import check_interventions
 from causalab_core.document.schema import ROLES, SWEEPABLE, Document, SweepRef, is_sweep_ref
 from causalab_core.errors import DocumentError, PluginError, clip, echo, shorten
-from causalab_core.plugins import Registry
+from causalab_core.plugins.registry import Registry
 
 
 def _sweep_refs(document: Document) -> list[tuple[str, str]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from causalab_core.contracts import COMBINES, NEEDS, Intervention, Recipe
+from causalab_core.plugins.contracts import COMBINES, NEEDS, Intervention, Recipe
 from causalab_core.errors import DocumentError, PluginError, clip, echo
 
 # What each need reads from the write's `source`.

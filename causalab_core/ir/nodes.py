@@ -19,7 +19,8 @@ the set of steps.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable
 from typing import Any, Literal
 
 Rows = tuple  # a tuple with one entry per data row
@@ -146,6 +147,12 @@ class Scoring:
     """What comes back (``contracts.VIEWS``): the answer columns' logits and log-sum-exp always; ``ranks``, each
     column's rank over the vocabulary (reduced where the logits are); ``logprobs``, the whole distribution."""
 
+    @property
+    def scores(self) -> tuple[str, ...]:
+        """What an estimate estimates, in this order: each answer column's logit, then the log-sum-exp. The
+        order of ``Run.combinations``' coefficients and of ``runtime.attribution``'s gradients."""
+        return (*self.columns, "logsumexp")
+
 
 @dataclass(frozen=True)
 class Run:
@@ -167,6 +174,11 @@ class Run:
     and one for the log-sum-exp (None). The scores that come back are the least change that gives each
     combination its estimate."""
     kind: Literal["run"] = "run"
+
+    @property
+    def estimable(self) -> bool:
+        """Whether a document's ``estimate`` estimates this run instead of running it: it writes."""
+        return bool(self.writes)
 
 
 @dataclass(frozen=True)
@@ -237,6 +249,16 @@ class Point:
     eligible: Rows
     document: dict[str, Any]
     """This point's document: sweep references replaced by their values."""
+
+    def estimated(self, method: str, combinations: Callable[[Run], tuple | None]) -> Point:
+        """This point with each estimable run marked ``method``, and its ``combinations(run)``."""
+        return replace(self, steps=tuple(replace(s, estimate=method, combinations=combinations(s))
+                                         if s.kind == "run" and s.estimable else s for s in self.steps))
+
+    def patched(self) -> Point:
+        """This point with its estimated runs run for real (``estimate.confirm``)."""
+        return replace(self, steps=tuple(replace(s, estimate=None, combinations=None) if s.kind == "run" else s
+                                         for s in self.steps))
 
 
 @dataclass(frozen=True)

@@ -44,9 +44,9 @@ def site_key(site) -> tuple:
 
 def gradients(last_logits: torch.Tensor, scoring, span: slice, tensors: dict,
               combinations=None) -> tuple[dict, dict]:
-    """The clean scores (``answer_scores``) and, per site key, the gradients of the scores (each answer column,
-    then the log-sum-exp; or each of ``combinations`` of them, ``Run.combinations``) at its tensor, stacked
-    ``[scores, *tensor shape]`` and summed over rows: rows do not mix, so row r's part is its own."""
+    """The clean scores (``answer_scores``) and, per site key, the gradients of the scores (``Scoring.scores``:
+    each answer column, then the log-sum-exp; or each of ``combinations`` of them, ``Run.combinations``) at its
+    tensor, stacked ``[scores, *tensor shape]`` and summed over rows: rows do not mix, so row r's part is its own."""
     last = last_logits.float()
     ids = torch.tensor(scoring.token_ids[span], dtype=torch.long, device=last.device)
     every = torch.cat([last.gather(1, ids), last.logsumexp(-1, keepdim=True)], 1).sum(0)

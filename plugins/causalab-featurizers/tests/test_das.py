@@ -9,7 +9,7 @@ import torch
 
 from causalab_core import api
 from causalab_core.errors import PlanError
-from causalab_core.plugins import registry
+from causalab_core.plugins.registry import registry
 from causalab_testing.conformance import FeaturizerConformance
 from causalab_testing.data import sweep_document, weekday_rows
 from causalab_featurizers.das import DAS
@@ -157,9 +157,9 @@ def test_an_untrained_unseeded_rotation_is_the_same_in_every_run_and_engine(tmp_
 
 def test_an_engine_without_training_refuses_before_loading_weights(tmp_path, write_doc, tiny_llama):
     from causalab_core import hookimpl
-    from causalab_core.contracts import Engine
+    from causalab_core.plugins.contracts import Engine
     from causalab_core.errors import EngineError
-    from causalab_core.plugins import build_registry
+    from causalab_core.plugins.registry import build_registry
 
     class Loader(Engine):
         name = "inference-only"

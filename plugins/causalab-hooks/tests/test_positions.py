@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from causalab_core import api
-from causalab_core.plugins import registry
+from causalab_core.plugins.registry import registry
 from causalab_testing.conformance import ragged_rows
 from causalab_testing.data import site_sweep_document, sweep_document
 from causalab_testing.work import block_work

@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from causalab_core import api, hookimpl
-from causalab_core.plugins import build_registry
+from causalab_core.plugins.registry import build_registry
 from causalab_testing.conformance import ragged_rows
 from causalab_testing.work import block_work
 from causalab_testing.data import sweep_document

@@ -10,8 +10,8 @@ import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from causalab_core import api, hookimpl
-from causalab_core.contracts import Intervention, Recipe
-from causalab_core.plugins import build_registry, registry
+from causalab_core.plugins.contracts import Intervention, Recipe
+from causalab_core.plugins.registry import build_registry, registry
 from causalab_interventions import Add, Mean, Noise, Resample, Swap, Zero
 from causalab_testing.data import sweep_document, weekday_rows
 

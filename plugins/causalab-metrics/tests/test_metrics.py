@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from causalab_core.contracts import MetricInputs
+from causalab_core.plugins.contracts import MetricInputs
 from causalab_testing.conformance import MetricConformance
 from causalab_metrics.answers import IIA, LogitDiff, LogProb, PAnswer
 from causalab_metrics.distributions import NormalizedLogitDiff

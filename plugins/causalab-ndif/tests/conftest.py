@@ -38,7 +38,7 @@ def server_requirements() -> list[str]:
 
 def deployments() -> list[Deployment]:
     from causalab_core.compiler.shell import resolve_source
-    from causalab_core.plugins import registry
+    from causalab_core.plugins.registry import registry
     from causalab_ndif.shipping import plain_key
     from causalab_nnterp import served_key
     from causalab_testing import models
@@ -139,7 +139,7 @@ import dataclasses, json, sys
 from causalab_core import api
 from causalab_core.errors import CausalabError
 from causalab_core.ir import FeaturizerRef
-from causalab_core.plugins import registry
+from causalab_core.plugins.registry import registry
 
 
 def tamper(obj):

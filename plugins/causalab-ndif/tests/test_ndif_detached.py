@@ -82,7 +82,7 @@ def test_a_job_sent_before_the_client_was_killed_is_collected_by_resume(ndif_ser
     and the client is killed. The server finishes it meanwhile; --resume collects that very job (no job is
     sent again) and writes the uninterrupted run's bytes. A store whose job the server does not know sends
     its points again with one warning line."""
-    from causalab_core.resume import store_path
+    from causalab_core.results.resume import store_path
 
     whole = ndif_server.run([CAUSALAB, "run", str(SWEEP), "--engine", "ndif", "--out", str(tmp_path / "whole")])
     assert whole.returncode == 0, whole.stderr

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from causalab_core.plugins import registry
-from causalab_core.provenance import causalab_digests, watched_versions
+from causalab_core.plugins.registry import registry
+from causalab_core.plugins.provenance import causalab_digests, watched_versions
 
 ROOT = Path(__file__).resolve().parents[3]
 CAUSALAB = str(Path(sys.executable).parent / "causalab")
@@ -310,7 +310,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from causalab_core import api
-from causalab_core.plugins import registry
+from causalab_core.plugins.registry import registry
 
 document, rotation = Path(sys.argv[1]), Path(sys.argv[2])
 plan = api.plan(document)  # the client reads the trained file here, once
@@ -408,7 +408,7 @@ def test_a_remote_sweep_killed_midway_resumes_to_the_same_bytes(ndif_server, tmp
     import signal
     import time
 
-    from causalab_core.resume import store_path
+    from causalab_core.results.resume import store_path
 
     whole = ndif_server.run([CAUSALAB, "run", str(SWEEP), "--engine", "ndif", "--out", str(tmp_path / "whole")])
     assert whole.returncode == 0, whole.stderr

@@ -103,7 +103,7 @@ def test_every_kind_on_a_server_without_causalab_writes_the_local_bytes(bare_ser
 CUSTOM = """
 import json, sys
 from causalab_core import api
-from causalab_core.plugins import build_registry
+from causalab_core.plugins.registry import build_registry
 import causalab_example
 
 registry = build_registry(extra=(causalab_example,))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from causalab_core.provenance import watched_versions
+from causalab_core.plugins.provenance import watched_versions
 
 ROOT = Path(__file__).resolve().parents[3]
 CAUSALAB = str(Path(sys.executable).parent / "causalab")

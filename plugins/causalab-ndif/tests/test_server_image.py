@@ -69,7 +69,7 @@ def test_the_lean_server_has_only_the_listed_distributions(ndif_server, lean_req
 # -- the digest of a server installed from wheels ----------------------------------------------------
 
 
-DIGESTS = ("import json, sys; sys.path[:0] = sys.argv[1:]; from causalab_core.plugins import installed_causalab; "
+DIGESTS = ("import json, sys; sys.path[:0] = sys.argv[1:]; from causalab_core.plugins.registry import installed_causalab; "
            "print(json.dumps({k: v['digest'] for k, v in installed_causalab().items()}))")
 
 
@@ -83,7 +83,7 @@ def test_the_same_files_digest_alike_however_they_were_installed(causalab_wheels
     """Wheels installed without -e (RECORD paths), a plain source tree on sys.path (no metadata of its own) and
     this editable client: the same bytes, the same digests; one edited file in the tree changes its
     distribution's digest alone."""
-    from causalab_core.plugins import installed_causalab
+    from causalab_core.plugins.registry import installed_causalab
 
     editable = {k: v["digest"] for k, v in installed_causalab().items()}
     wheels = tmp_path / "wheels"

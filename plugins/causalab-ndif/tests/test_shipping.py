@@ -9,7 +9,7 @@ import torch
 
 import causalab_core
 from causalab_core.api import featurizer_classes
-from causalab_core.plugins import registry
+from causalab_core.plugins.registry import registry
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -72,7 +72,7 @@ def test_server_requirements_for_the_shipped_mode_name_no_causalab():
     import subprocess
     import sys
 
-    from causalab_core.provenance import watched_versions
+    from causalab_core.plugins.provenance import watched_versions
 
     causalab = str(Path(sys.executable).parent / "causalab")
     done = subprocess.run([causalab, "ndif", "server-requirements", "--shipped",
@@ -89,7 +89,7 @@ def test_no_module_a_block_ships_imports_causalab_inside_a_function():
     import importlib
 
     shipped = ["causalab_nnterp.block", "causalab_nnterp.sites", "causalab_core.errors", "causalab_core.ir.nodes",
-               "causalab_core.contracts", "causalab_featurizers.das", "causalab_featurizers.identity",
+               "causalab_core.plugins.contracts", "causalab_featurizers.das", "causalab_featurizers.identity",
                *(f"causalab_core.runtime.{name}" for name in ("batches", "featurizers", "scores", "training", "windows"))]
     found = []
     for name in shipped:

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from causalab_core import api
-from causalab_core.plugins import registry
+from causalab_core.plugins.registry import registry
 from causalab_testing.conformance import EngineConformance
 from causalab_testing.data import sweep_document, weekday_rows
 from causalab_nnterp.engine import NnterpEngine

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from causalab_core.contracts import RowText
+from causalab_core.plugins.contracts import RowText
 from causalab_testing.conformance import PositionResolverConformance
 from causalab_positions.index import OUT_OF_RANGE, IndexResolver
 

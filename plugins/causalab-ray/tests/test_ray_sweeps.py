@@ -21,8 +21,8 @@ import pytest
 
 from causalab_core import api, hookimpl
 from causalab_core.errors import EngineError
-from causalab_core.plugins import build_registry
-from causalab_core.resume import store_path
+from causalab_core.plugins.registry import build_registry
+from causalab_core.results.resume import store_path
 
 ROOT = Path(__file__).resolve().parents[3]
 CAUSALAB = str(Path(sys.executable).parent / "causalab")

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from causalab_core import api, output
+from causalab_core import api
+from causalab_core.results import folder as output
 
 ROOT = Path(__file__).parents[3]
 SWEEP = ROOT / "documents" / "real" / "weekdays_layer_sweep.json"

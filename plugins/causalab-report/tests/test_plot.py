@@ -7,7 +7,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from causalab_core import api, output
+from causalab_core import api
+from causalab_core.results import folder as output
 from causalab_testing.data import sweep_document, weekday_rows
 
 from causalab_report.commands import commands

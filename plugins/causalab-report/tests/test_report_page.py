@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from causalab_core import load, output
-from causalab_core.table import metric_files
+from causalab_core import load
+from causalab_core.results import folder as output
+from causalab_core.results.manifest import sha256_of
+from causalab_core.results.table import metric_files
 
 from causalab_report import page
 from causalab_report.page import render, write_report
@@ -67,7 +69,7 @@ def test_the_report_is_one_file_listed_in_the_manifest(written, runs):
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(path) and done.stderr == ""
     manifest = json.loads((runs["sweep"] / "manifest.json").read_text())
-    assert manifest["files"]["report.html"] == output._digest(path.read_bytes()) and "pending" not in manifest
+    assert manifest["files"]["report.html"] == sha256_of(path.read_bytes()) and "pending" not in manifest
     assert output.first_foreign(runs["sweep"]) is None  # a later run --force may still replace the folder
     assert load(runs["sweep"]).files["report.html"] == path.read_bytes()
 

@@ -14,7 +14,7 @@ import torch
 from pydantic import BaseModel, ConfigDict
 
 from causalab_core import api, hookimpl
-from causalab_core.contracts import (
+from causalab_core.plugins.contracts import (
     CausalModel, Featurizer, Intervention, Metric, PositionResolver, Recipe, Resolved, RowText, mean_over_eligible,
 )
 from causalab_testing.conformance import (

@@ -24,7 +24,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch.nn.utils import parametrizations
 
-from causalab_core.contracts import Featurizer
+from causalab_core.plugins.contracts import Featurizer
 
 
 class DASParams(BaseModel):

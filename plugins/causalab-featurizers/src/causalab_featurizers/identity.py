@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from causalab_core.contracts import Featurizer
+from causalab_core.plugins.contracts import Featurizer
 
 
 class IdentityParams(BaseModel):

@@ -7,7 +7,7 @@ from collections import defaultdict
 
 import torch
 
-from causalab_core.contracts import Engine, ReuseOptions, refuse_options
+from causalab_core.plugins.contracts import Engine, ReuseOptions, refuse_options
 from causalab_core.errors import EngineError, shorten
 from causalab_core.ir import Fit, Plan, Run
 from causalab_core.runtime import (

@@ -7,7 +7,7 @@ import math
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from causalab_core import hookimpl
-from causalab_core.contracts import Intervention, NoParams, Recipe
+from causalab_core.plugins.contracts import Intervention, NoParams, Recipe
 
 
 class Swap(Intervention):

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from causalab_core.contracts import Metric, MetricInputs, MetricValues, mean_over_eligible
+from causalab_core.plugins.contracts import Metric, MetricInputs, MetricValues, mean_over_eligible
 from causalab_metrics.answers import LogitDiffParams, PAnswerParams, _Params
 
 

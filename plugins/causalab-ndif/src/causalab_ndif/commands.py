@@ -19,8 +19,8 @@ def env(
     from rich.console import Console
 
     from causalab_core.cli import reported
-    from causalab_core.plugins import registry
-    from causalab_core.provenance import environment
+    from causalab_core.plugins.registry import registry
+    from causalab_core.plugins.provenance import environment
 
     from causalab_ndif.environment import describe, side_by_side
     from causalab_ndif.preflight import block_distributions
@@ -51,7 +51,7 @@ def server_requirements(
     """
     from causalab_core import api
     from causalab_core.cli import reported
-    from causalab_core.plugins import registry
+    from causalab_core.plugins.registry import registry
 
     from causalab_ndif import shipping
     from causalab_ndif.preflight import server_requirements as needed

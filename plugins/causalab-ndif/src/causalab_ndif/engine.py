@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from causalab_core.contracts import ReuseOptions, remote_host
+from causalab_core.plugins.contracts import ReuseOptions, remote_host
 from causalab_core.errors import EngineError
 from causalab_nnterp import NnterpEngine
 
@@ -51,7 +51,7 @@ class NdifEngine(NnterpEngine):
     waiting: set[str] = frozenset()
     """The ids of the chunk's jobs sent (or kept by an interrupted run) and not collected yet."""
     store = None
-    """The resume store of a run with --out (``causalab_core.resume.Store``; set by ``api.run``): where each
+    """The resume store of a run with --out (``causalab_core.results.resume.Store``; set by ``api.run``): where each
     job's id is kept as soon as it is sent, for a ``--resume`` to collect it."""
 
     def model(self, plan):
@@ -179,8 +179,8 @@ class NdifEngine(NnterpEngine):
     @staticmethod
     def _installed_requirements(classes):
         """The block's causalab distributions (name -> version and digest) and what the server must have."""
-        from causalab_core.plugins import registry
-        from causalab_core.provenance import causalab_digests
+        from causalab_core.plugins.registry import registry
+        from causalab_core.plugins.provenance import causalab_digests
 
         installed = registry()  # what this client has installed; the run's own registry chose ``classes``
         block = preflight.block_distributions(installed, classes)
@@ -238,8 +238,8 @@ def run_remote(model, plan, batch_size, classes, host, client, allow_skew, *, op
     non-blocking ``backend``, the job is only sent: ``(its id, None, shipment)``."""
     import nnsight
 
-    from causalab_core.plugins import installed_causalab
-    from causalab_core.provenance import digest_skew
+    from causalab_core.plugins.registry import installed_causalab
+    from causalab_core.plugins.provenance import digest_skew
     from causalab_nnterp import run_plan
 
     with shipping.measured() as shipment:

@@ -36,7 +36,7 @@ def server_causalab(host: str, served: dict[str, dict[str, Any]]) -> dict[str, A
     when no served model's checkpoint is here.
     """
     from causalab_core.compiler.shell import resolve_source
-    from causalab_core.plugins import registry
+    from causalab_core.plugins.registry import registry
     from causalab_nnterp import ServedTransformer, served_key
 
     for model_key in sorted(served):
@@ -54,7 +54,7 @@ def server_causalab(host: str, served: dict[str, dict[str, Any]]) -> dict[str, A
 def ask_digests(model, host: str) -> dict[str, Any]:
     import nnsight
 
-    from causalab_core.plugins import installed_causalab
+    from causalab_core.plugins.registry import installed_causalab
 
     with contextlib.redirect_stdout(sys.stderr), model.session(remote=host):
         installed = nnsight.save(installed_causalab())

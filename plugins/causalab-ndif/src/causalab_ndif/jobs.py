@@ -7,7 +7,7 @@ status of a request that has no websocket to its object store, where
 id it never had), and a COMPLETED status carries a presigned url of the result
 (valid for an hour on ndif's defaults). So the client needs no connection while
 a job runs: it sends every job of a chunk, keeps each id in the resume store as
-soon as the server answers the POST (:meth:`causalab_core.resume.Store.note_job`),
+soon as the server answers the POST (:meth:`causalab_core.results.resume.Store.note_job`),
 then polls. A client killed meanwhile leaves the ids behind; ``--resume`` polls
 them again, collecting what finished while it was away and sending only the
 points no job holds.

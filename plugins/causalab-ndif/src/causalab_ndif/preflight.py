@@ -113,7 +113,7 @@ def server_requirements(installed, classes) -> dict[str, str | None]:
     """``{package: version}`` a server needs to run a block handed ``classes``: the watched packages and
     the causalab distributions it imports, at this client's versions. What the preflight compares, and
     what ``causalab ndif server-requirements`` prints."""
-    from causalab_core.provenance import causalab_digests, watched_versions
+    from causalab_core.plugins.provenance import causalab_digests, watched_versions
 
     versions = {name: d["version"] for name, d in causalab_digests(installed)["distributions"].items()}
     wanted = {**watched_versions(), **{name: versions[name] for name in sorted(block_distributions(installed, classes))}}

@@ -71,7 +71,7 @@ def served_models(host: str, timeout: float = TIMEOUT_S, told: float | None = No
 
 def server_record(host: str) -> dict[str, Any]:
     """run.json's ``server``: the host asked, and what its ``/env`` says of the watched packages."""
-    from causalab_core.provenance import WATCHED
+    from causalab_core.plugins.provenance import WATCHED
 
     try:
         env = server_env(host)

@@ -53,7 +53,7 @@ class PlainModel(TransformersModel):
 
 def server_requirements() -> dict[str, str | None]:
     """``{package: version}`` a server needs for a shipped block: :data:`SERVER_PACKAGES` at this client's versions."""
-    from causalab_core.provenance import watched_versions
+    from causalab_core.plugins.provenance import watched_versions
 
     return {name: public(version) for name, version in watched_versions().items() if name in SERVER_PACKAGES}
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-from causalab_core.contracts import Engine, ReuseOptions, refuse_options
+from causalab_core.plugins.contracts import Engine, ReuseOptions, refuse_options
 from causalab_core.errors import EngineError, shorten
 from causalab_core.runtime.positions import decide
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from causalab_core.contracts import PositionResolver, Resolved, RowText
+from causalab_core.plugins.contracts import PositionResolver, Resolved, RowText
 from causalab_positions.index import OUT_OF_RANGE
 
 MISSING = "alignment_missing"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from causalab_core.contracts import PositionResolver, Resolved, RowText
+from causalab_core.plugins.contracts import PositionResolver, Resolved, RowText
 
 OUT_OF_RANGE = "position_out_of_range"
 

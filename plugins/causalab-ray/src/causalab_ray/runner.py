@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from causalab_core.errors import CausalabError, EngineError, clip
-from causalab_core.resume import CHUNKS, MIN_CHUNK
+from causalab_core.results.resume import CHUNKS, MIN_CHUNK
 
 START_S = 120
 """How long the workers may take to start and answer (an import of torch each; longer on a loaded machine)."""
@@ -92,7 +92,7 @@ class RayChunks:
         engine, featurizers, interventions and metrics the plan uses, at the same versions and source digests
         (client-only plugins are not compared, as a remote server's preflight does not). A plan that trains a
         featurizer compares every distribution: the trained file carries the client's combined digest."""
-        from causalab_core.provenance import components
+        from causalab_core.plugins.provenance import components
 
         mine = {p.distribution: {"version": p.version, "digest": p.digest} for p in registry.distributions()}
         used = {"causalab-core"} | {entry.rsplit(" ", 1)[0] for kind, names in

@@ -32,8 +32,8 @@ class ChunkWorker:
         """Who this worker is, and the causalab it would run (the client compares it with its own)."""
         import ray
 
-        from causalab_core.plugins import installed_causalab
-        from causalab_core.provenance import arithmetic
+        from causalab_core.plugins.registry import installed_causalab
+        from causalab_core.plugins.provenance import arithmetic
 
         devices = [str(d) for d in ray.get_gpu_ids()]
         return {"node": ray.util.get_node_ip_address(), "host": socket.gethostname(), "pid": os.getpid(),
@@ -43,7 +43,7 @@ class ChunkWorker:
     def setup(self, plan: Any) -> None:
         """Keep the plan and build the engine (weights load with the first chunk, once)."""
         from causalab_core.api import featurizer_classes
-        from causalab_core.plugins import registry
+        from causalab_core.plugins.registry import registry
 
         reg = registry()
         with reg.boundary():
@@ -54,9 +54,9 @@ class ChunkWorker:
 
     def run(self, chunk: list[int]) -> tuple[dict[str, bytes], dict[str, Any]]:
         """Run the plan's points ``chunk``: their files (by path in the output folder) and the engine's details."""
-        from causalab_core.plugins import registry
-        from causalab_core.provenance import run_record
-        from causalab_core.results import output_files, score
+        from causalab_core.plugins.registry import registry
+        from causalab_core.plugins.provenance import run_record
+        from causalab_core.results.score import output_files, score
 
         reg = registry()
         part = replace(self.plan, points=tuple(self.plan.points[i] for i in chunk))

@@ -38,7 +38,7 @@ def plot(
 ) -> None:
     """Draw each metric's summary over the sweep (heatmap for two axes) as FOLDER/<metric>.png."""
     from causalab_core.cli import err, reported
-    from causalab_core.table import load
+    from causalab_core.results.table import load
 
     with reported(verbose):
         from causalab_report.plot import _document, plot_metric

@@ -15,10 +15,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from causalab_core.compiler.sweep import axis_label
+from causalab_core.document.sweep import axis_label
 from causalab_core.errors import OutputError
-from causalab_core.output import add_file
-from causalab_core.table import LoadedRun, load
+from causalab_core.results.folder import add_file
+from causalab_core.results.table import LoadedRun, load
 
 from causalab_report.plot import _position_axes, _token as _token_label
 from causalab_report.prompts import data_rows, mismatch, prompt_tokens
@@ -141,7 +141,7 @@ def _differs(x: Any, y: Any) -> bool:
 
 def compare_payload(a: LoadedRun, b: LoadedRun, report: dict[str, Any], line: str) -> dict[str, Any]:
     """What the page shows of run B beside run A: B's summaries at A's points, B's rows where its metric
-    file differs, the rows that differ and the IIA rows that flipped (``causalab_core.compare``'s)."""
+    file differs, the rows that differ and the IIA rows that flipped (``causalab_core.results.compare``'s)."""
     points = list(dict.fromkeys(s["point"] for s in a.records["summaries"]))
     theirs = set(dict.fromkeys(s["point"] for s in b.records["summaries"]))
     summary_b: dict[str, list] = {}
@@ -290,12 +290,12 @@ def render(payload: dict[str, Any], head: str) -> str:
 
 def write_report(folder: Path, compare_with: Path | None = None, data_file: Path | None = None) -> tuple[Path, list[str]]:
     """Write ``<folder>/report.html`` (listed in its manifest, added atomically) and return its path and
-    notes. With ``compare_with``: that run beside this one, and what differs (``causalab_core.compare``)."""
+    notes. With ``compare_with``: that run beside this one, and what differs (``causalab_core.results.compare``)."""
     run = load(folder)
     payload, notes = run_payload(run, data_file)
     head = _provenance_html(run, "A" if compare_with is not None else "run")
     if compare_with is not None:
-        from causalab_core.compare import compare, describe
+        from causalab_core.results.compare import compare, describe
 
         other = load(compare_with)
         report = compare(folder, compare_with)

@@ -11,10 +11,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from causalab_core.compiler.sweep import axis_label
+from causalab_core.document.sweep import axis_label
 from causalab_core.errors import OutputError, echo, shorten
-from causalab_core.output import add_file
-from causalab_core.table import LoadedRun, load
+from causalab_core.results.folder import add_file
+from causalab_core.results.table import LoadedRun, load
 
 LITERAL = {"parse_math": False}
 """Every text a user wrote (names, sweep values) is drawn as written: a ``$`` is a dollar, never mathtext."""

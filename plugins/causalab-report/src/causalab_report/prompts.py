@@ -8,11 +8,11 @@ from types import SimpleNamespace
 from typing import Any
 
 from causalab_core.errors import OutputError, echo, shorten
-from causalab_core.table import LoadedRun
+from causalab_core.results.table import LoadedRun
 
 
 def _digest(rows: list[dict[str, Any]]) -> str:
-    from causalab_core.causal import rows_digest
+    from causalab_core.document.causal import rows_digest
 
     return rows_digest(rows)
 
@@ -66,7 +66,7 @@ def _tokenizer(document: dict[str, Any]) -> Any:
     Only the plugins' ``causalab_model_source`` hook is asked: building the whole registry would import
     every engine (nnsight among them) for nothing."""
     from causalab_core.compiler.shell import resolve_source
-    from causalab_core.plugins import PROJECT, new_plugin_manager
+    from causalab_core.plugins.registry import PROJECT, new_plugin_manager
 
     manager = new_plugin_manager()
     manager.load_setuptools_entrypoints(PROJECT)

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict
 from safetensors.torch import save_file
 
 from causalab_core import hookimpl
-from causalab_core.contracts import COMBINES, NEEDS, Intervention, MetricInputs, Recipe, RowText
+from causalab_core.plugins.contracts import COMBINES, NEEDS, Intervention, MetricInputs, Recipe, RowText
 from causalab_core.runtime import swap
 
 UNKNOWN_KEY = "surely_not_a_parameter"
@@ -387,7 +387,7 @@ class PositionResolverConformance:
     @staticmethod
     def foreign_specs_for(resolver) -> list:
         """:data:`UNOWNED_SPECS`, and each of :data:`KNOWN_SPECS` another installed resolver accepts."""
-        from causalab_core.plugins import registry
+        from causalab_core.plugins.registry import registry
 
         others = [cls() for name, cls in registry().components("position").items() if name != resolver.name]
         return [*UNOWNED_SPECS, *(s for s in KNOWN_SPECS if any(_accepts(o, s) for o in others))]
@@ -447,7 +447,7 @@ def descendants(model, variable: str) -> set[str]:
 
 
 class CausalModelConformance:
-    """A causal model's contract (``causalab_core.contracts.CausalModel``): variables in causal order, sampling
+    """A causal model's contract (``causalab_core.plugins.contracts.CausalModel``): variables in causal order, sampling
     from the rng it is handed alone, each derived value a function of its parents, a prompt and an answer text
     for every setting, every setting in ``train`` or ``test`` (both reached) from its inputs alone, an
     intervention that changes only the variable and its descendants, columns that leave the row's own alone,
@@ -466,7 +466,7 @@ class CausalModelConformance:
         return settings(model, self.samples, seed)
 
     def _solved(self, model, inputs: dict) -> dict:
-        from causalab_core.causal import solve
+        from causalab_core.document.causal import solve
 
         try:
             return solve(model, inputs)
@@ -496,7 +496,7 @@ class CausalModelConformance:
                                               params.model_dump(mode="json"))
 
     def test_columns_leave_the_rows_own_alone(self, causal_model):
-        from causalab_core.causal import value_columns
+        from causalab_core.document.causal import value_columns
         from causalab_core.errors import PluginError
 
         try:
@@ -584,7 +584,7 @@ class CausalModelConformance:
                         "document asking for the other split gets no rows", pytrace=False)
 
     def test_an_intervention_changes_only_the_variable_and_its_descendants(self, causal_model):
-        from causalab_core.causal import solve, variables
+        from causalab_core.document.causal import solve, variables
 
         m = causal_model
         drawn = self._settings(m)
@@ -600,7 +600,7 @@ class CausalModelConformance:
                                 pytrace=False)
 
     def test_generates_distinct_rows_for_each_split(self, causal_model):
-        from causalab_core.causal import generate
+        from causalab_core.document.causal import generate
         from causalab_core.document.schema import CausalModelSpec
 
         from causalab_core.errors import DocumentError
@@ -664,7 +664,7 @@ def independent_forward(plan, featurizers=None, registry=None) -> dict[str, dict
     custom = any(iv.combine == "custom" for iv in plan.interventions())
     if featurizers is None and (plan.featurizers() or custom):
         from causalab_core.api import featurizer_classes
-        from causalab_core.plugins import registry as installed
+        from causalab_core.plugins.registry import registry as installed
 
         featurizers = featurizer_classes(plan, registry or installed())
     model = AutoModelForCausalLM.from_pretrained(plan.model.source, dtype=DTYPES[plan.model.dtype],
@@ -863,7 +863,7 @@ def plugin_module(name: str, *kinds: type) -> types.ModuleType:
 
 def kit_registry(*extra):
     """The installed plugins, the kit's kinds (``Probe``, ``NormMatchedSwap``) and ``extra`` plugin objects."""
-    from causalab_core.plugins import build_registry
+    from causalab_core.plugins.registry import build_registry
 
     return build_registry(extra=(plugin_module("causalab_testing_kinds", Probe, NormMatchedSwap), *extra))
 
@@ -950,7 +950,7 @@ class EngineConformance:
     @staticmethod
     def reference_for(engine):
         """The ``hooks`` engine, or None for the hooks engine itself (an engine is not its own reference)."""
-        from causalab_core.plugins import registry
+        from causalab_core.plugins.registry import registry
 
         hooks = registry().get("engine", "hooks")
         return None if isinstance(engine, hooks) else hooks()
@@ -1388,7 +1388,7 @@ class InterventionConformance:
 
     def registry_for(self, intervention):
         """The installed plugins with the kit's kinds, and the kind itself where it is not installed."""
-        from causalab_core.plugins import registry
+        from causalab_core.plugins.registry import registry
 
         cls, installed = type(intervention), registry()
         if cls.name not in installed.names("intervention"):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from causalab_core.contracts import Engine
+from causalab_core.plugins.contracts import Engine
 
 VARIABLE = "CAUSALAB_TEST_DEVICE_MAP"
 

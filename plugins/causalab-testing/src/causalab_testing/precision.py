@@ -24,7 +24,7 @@ def at_dtype(source: Path, dtype: str, folder: Path) -> Path:
 def metric_files(out: Path) -> dict[tuple[str, str], dict]:
     """(point folder, metric) -> the metric file's content, for every point of a finished run (read as its
     manifest lists it, each file checked: ``causalab_core.load``)."""
-    from causalab_core import table
+    from causalab_core.results import table
 
     run = table.load(out)
     return {(rel.rpartition("/")[0], Path(rel).stem): json.loads(run.files[rel])

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from causalab_core.contracts import CausalModel
+from causalab_core.plugins.contracts import CausalModel
 from causalab_toy import tasks
 
 

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from causalab_core import api
-from causalab_core.contracts import MetricInputs
-from causalab_core.plugins import build_registry, registry
+from causalab_core.plugins.contracts import MetricInputs
+from causalab_core.plugins.registry import build_registry, registry
 from causalab_testing.conformance import MetricConformance
 from causalab_testing.data import sweep_document, weekday_rows
 

@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import save_file
 
 from causalab_core import api
-from causalab_core.plugins import build_registry, registry
+from causalab_core.plugins.registry import build_registry, registry
 from causalab_testing.conformance import InterventionConformance
 from causalab_testing.data import sweep_document, weekday_rows
 

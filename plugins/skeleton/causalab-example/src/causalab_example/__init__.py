@@ -7,7 +7,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from causalab_core import hookimpl
-from causalab_core.contracts import Intervention, Metric, MetricInputs, MetricValues, Recipe, mean_over_eligible
+from causalab_core.plugins.contracts import Intervention, Metric, MetricInputs, MetricValues, Recipe, mean_over_eligible
 
 
 class BrierParams(BaseModel):

@@ -9,11 +9,11 @@ from collections.abc import Iterable
 from types import SimpleNamespace
 from typing import Any
 
-from causalab_core.compiler.sweep import axis_label, points as sweep_points  # torch-free: the compiler package is lazy
+from causalab_core.document.sweep import axis_label, points as sweep_points  # torch-free: the compiler package is lazy
 from causalab_core.document.load import safetensors_metadata
 from causalab_core.errors import CausalabError, OutputError, echo
-from causalab_core.output import MANIFEST, UNTRUSTED, _read_manifest, read_run
-from causalab_core.results import NOT_A_NUMBER, _number
+from causalab_core.results.manifest import MANIFEST, UNTRUSTED, read_manifest, read_run
+from causalab_core.results.score import NOT_A_NUMBER, _number
 
 TOP_FILES = {"document.json", "run.json", MANIFEST, "data.jsonl"}
 
@@ -66,7 +66,7 @@ def _json(folder: Path, rel: str, data: bytes) -> Any:
 
 def metric_files(folder: Path, listed: Iterable[str] | None = None) -> list[str]:
     """Every metric file of a run folder that its manifest lists (paths inside it): top-level ones, then each point's."""
-    listed = sorted(_read_manifest(folder) or {}) if listed is None else sorted(listed)
+    listed = sorted(read_manifest(folder) or {}) if listed is None else sorted(listed)
     top = [rel for rel in listed if "/" not in rel and rel.endswith(".json") and rel not in TOP_FILES]
     return top + [rel for rel in listed if rel.count("/") == 1 and rel.endswith(".json")
                   and not rel.endswith("/document.json") and not rel.startswith(".")]

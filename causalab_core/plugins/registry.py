@@ -2,7 +2,7 @@
 
 Every plugin, this project's own and a third party's, loads the same way:
 from the ``causalab`` entry-point group (plus ``extra`` objects a caller
-passes, as tests do). Hook specs and their markers are in :mod:`causalab_core.hookspecs`.
+passes, as tests do). Hook specs and their markers are in :mod:`causalab_core.plugins.hookspecs`.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import inspect
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,8 +23,8 @@ from typing import Any
 import pluggy
 
 from causalab_core.errors import CausalabError, PluginError, clip
-from causalab_core.hookspecs import PROJECT
-from causalab_core.digests import distribution_digest
+from causalab_core.plugins.hookspecs import PROJECT
+from causalab_core.plugins.digests import distribution_digest
 
 # Which kind each registration hook provides.
 KIND_HOOKS = {
@@ -177,8 +178,7 @@ class Registry:
 
 @functools.cache
 def core_info() -> PluginInfo:
-    import causalab_core
-
+    causalab_core = sys.modules[__name__.partition(".")[0]]  # the package itself: loaded before any module of it
     return PluginInfo(
         name="core",
         distribution="causalab-core",
@@ -197,7 +197,7 @@ def _version(dist: str) -> str:
 
 
 def new_plugin_manager() -> pluggy.PluginManager:
-    from causalab_core import hookspecs
+    from causalab_core.plugins import hookspecs
 
     pm = pluggy.PluginManager(PROJECT)
     pm.add_hookspecs(hookspecs)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from causalab_core.errors import shorten
-from causalab_core.table import LoadedRun, load, metric_files
+from causalab_core.results.table import LoadedRun, load, metric_files
 
 SHOWN = 3
 """Points and document paths named in the one line that says two runs are not of one experiment."""

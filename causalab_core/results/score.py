@@ -7,11 +7,11 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from causalab_core.contracts import MetricInputs, values_problem
-from causalab_core.intervals import METHOD, with_interval
+from causalab_core.plugins.contracts import MetricInputs, values_problem
+from causalab_core.results.intervals import METHOD, with_interval
 from causalab_core.errors import EngineError, PluginError
 from causalab_core.ir import Fit, Plan, Point, PositionRecord
-from causalab_core.plugins import Registry
+from causalab_core.plugins.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -161,7 +161,7 @@ def score(plan: Plan, outputs: dict[str, dict[str, Any]], registry: Registry) ->
                 "point": dict(point.values),
                 "summary": _number(summary),
                 **({"interval": METHOD} if "mean_low" in summary else {}),
-                **({"estimate": estimate_record(estimated, cls(), params, inputs, outputs[metric.step])}
+                **({"estimate": metric_estimate(estimated, cls(), params, inputs, outputs[metric.step])}
                    if estimated else {}),
                 "values": _number(values.rows),
                 "eligible": eligible,
@@ -172,7 +172,7 @@ def score(plan: Plan, outputs: dict[str, dict[str, Any]], registry: Registry) ->
     return results
 
 
-def estimate_record(method: str, metric: Any, params: Any, inputs: MetricInputs, got: dict[str, Any]) -> dict:
+def metric_estimate(method: str, metric: Any, params: Any, inputs: MetricInputs, got: dict[str, Any]) -> dict:
     """What a metric file of an estimated run says besides its values: the method, and the metric's mean on the
     clean run the estimate starts from (the point's estimated effect is the mean's distance from it)."""
     clean = replace(inputs, logits=got["clean_answer_logits"].float(), logsumexp=got["clean_logsumexp"].float())

@@ -22,7 +22,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 @hookspec
 def causalab_engines() -> list[type]:
-    """Return engine classes (see :class:`causalab_core.contracts.Engine`).
+    """Return engine classes (see :class:`causalab_core.plugins.contracts.Engine`).
 
     Called once when the registry is built. An engine runs a compiled plan and
     returns ``{step path: {name: tensor}}``; it declares ``capabilities`` so that a
@@ -32,7 +32,7 @@ def causalab_engines() -> list[type]:
 
 @hookspec
 def causalab_position_resolvers() -> list[type]:
-    """Return position resolver classes (see :class:`causalab_core.contracts.PositionResolver`).
+    """Return position resolver classes (see :class:`causalab_core.plugins.contracts.PositionResolver`).
 
     Resolvers run on the client, at compile time only: each turns a position spec
     and one row's tokens into a window of token indices, or a reason code.
@@ -41,7 +41,7 @@ def causalab_position_resolvers() -> list[type]:
 
 @hookspec
 def causalab_featurizers() -> list[type]:
-    """Return featurizer classes (see :class:`causalab_core.contracts.Featurizer`).
+    """Return featurizer classes (see :class:`causalab_core.plugins.contracts.Featurizer`).
 
     A featurizer maps a site's activation ``x`` to ``(features, error)`` and back;
     a swap write exchanges selected features and keeps the base's error term.
@@ -50,7 +50,7 @@ def causalab_featurizers() -> list[type]:
 
 @hookspec
 def causalab_interventions() -> list[type]:
-    """Return intervention classes (see :class:`causalab_core.contracts.Intervention`).
+    """Return intervention classes (see :class:`causalab_core.plugins.contracts.Intervention`).
 
     An intervention is what a write puts at its site: a source's value (``swap``), zero, a mean over rows,
     noise, a vector added... Its ``recipe`` says what value it needs and how it combines with the site's.
@@ -59,7 +59,7 @@ def causalab_interventions() -> list[type]:
 
 @hookspec
 def causalab_metrics() -> list[type]:
-    """Return metric classes (see :class:`causalab_core.contracts.Metric`).
+    """Return metric classes (see :class:`causalab_core.plugins.contracts.Metric`).
 
     A metric names the answer columns it needs (tokenized at compile time) and
     computes per-row values and a summary from the logits an engine returned.
@@ -68,7 +68,7 @@ def causalab_metrics() -> list[type]:
 
 @hookspec
 def causalab_causal_models() -> list[type]:
-    """Return causal model classes (see :class:`causalab_core.contracts.CausalModel`).
+    """Return causal model classes (see :class:`causalab_core.plugins.contracts.CausalModel`).
 
     A causal model states a hypothesis about a task's high-level variables and
     generates the interchange data that tests it: a document's ``data`` (or a

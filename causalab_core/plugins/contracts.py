@@ -130,7 +130,7 @@ class CausalModel:
     ``inputs`` are sampled (``sample``); every variable of ``mechanisms`` is
     computed from its parents (``compute``), in the order listed. ``split``
     assigns a setting of the inputs to ``train`` or ``test``, so the splits are
-    disjoint by construction. :mod:`causalab_core.causal` generates the rows; a variable whose value columns
+    disjoint by construction. :mod:`causalab_core.document.causal` generates the rows; a variable whose value columns
     would take a row's own (``answer``: ``cf_answer`` is the answer text) is written as ``var_<variable>``.
     ``sample`` draws from the rng it is handed alone; ``compute`` sees its parents alone; ``split`` its inputs
     alone. ``causalab_testing.conformance.CausalModelConformance`` checks all of it.

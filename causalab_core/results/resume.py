@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from causalab_core.errors import OutputError, echo, shorten
-from causalab_core.output import UNTRUSTED, _pid_running, _remove, signals_deferred
+from causalab_core.results.folder import pid_running, remove, signals_deferred
+from causalab_core.results.manifest import UNTRUSTED
 
 MARK = "causalab resume"
 CHUNKS = 10
@@ -87,7 +88,7 @@ class Store:
         with signals_deferred():
             target = self.points / str(index)
             if target.is_dir() and not target.is_symlink():  # a point kept before, changed since: redone
-                _remove(target)
+                remove(target)
             if self.state["details"] != details:  # once per run, or when the engine's word changes
                 self.state["details"] = details
                 _write_state(self.path, self.state)
@@ -127,7 +128,7 @@ class Store:
         return files
 
     def remove(self) -> None:
-        _remove(self.path)
+        remove(self.path)
         for folder in self.made:  # deepest first; one that now holds the output folder stays
             try:
                 folder.rmdir()
@@ -213,7 +214,7 @@ def open_store(out: Path, identity: dict[str, str], *, resume: bool, force: bool
         if foreign:
             raise OutputError(f"{where}: {path.name} beside it holds {echo(foreign)}, which causalab did not "
                               "write; move it away")
-    if state is not None and _pid_running(state["pid"]):
+    if state is not None and pid_running(state["pid"]):
         raise OutputError(f"{where}: another causalab run (pid {state['pid']}) is writing it; if none is, "
                           f"remove {path.name}")
     if resume:
@@ -233,7 +234,7 @@ def open_store(out: Path, identity: dict[str, str], *, resume: bool, force: bool
     state = {"written_by": MARK, "pid": os.getpid(), "identity": identity, "details": {}, "force": force}
     try:  # before any work: a disk too full to hold the store's first file is refused here
         if path.exists():
-            _remove(path)  # a dead run's store (or an empty folder): this run starts over
+            remove(path)  # a dead run's store (or an empty folder): this run starts over
         path.mkdir(parents=True)
         (path / "points").mkdir()
         _write_state(path, state)

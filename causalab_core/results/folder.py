@@ -13,8 +13,6 @@ plot cut short leaves only what causalab recognises and cleans up.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
 import shutil
@@ -26,9 +24,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from causalab_core.errors import OutputError, echo, shorten
+from causalab_core.results.manifest import (
+    MANIFEST, manifest_bytes, read_listing, read_manifest, sha256_of,
+)
 
-MANIFEST = "manifest.json"
-MARK = "causalab output"
 PARTIAL = ".causalab-partial"
 """Marks a folder causalab is still writing: only such a folder (or a causalab output) is ever cleaned up."""
 REMOVING = ".causalab-removing"
@@ -39,90 +38,6 @@ NAME_LIMIT = 200
 
 def _step(name: str) -> None:
     """A named moment of the swap (tests inject interruptions here)."""
-
-
-def _digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _manifest(digests: dict[str, str], pending: dict[str, str] | None = None) -> bytes:
-    listing = {"written_by": MARK, "files": dict(sorted(digests.items()))}
-    if pending:  # files add_file is writing: each may hold its listed bytes or these
-        listing["pending"] = dict(sorted(pending.items()))
-    return (json.dumps(listing, indent=1) + "\n").encode()
-
-
-def _read_listing(folder: Path) -> tuple[dict[str, str], dict[str, str]] | None:
-    """The files a causalab manifest lists, and those it announces (``pending``); None for no manifest."""
-    path = folder / MANIFEST
-    try:
-        if not path.is_file() or path.is_symlink():
-            return None
-        listing = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return None
-    if not isinstance(listing, dict) or listing.get("written_by") != MARK or not isinstance(listing.get("files"), dict):
-        return None
-    pending = listing.get("pending", {})
-    return listing["files"], pending if isinstance(pending, dict) else {}
-
-
-def _read_manifest(folder: Path) -> dict[str, str] | None:
-    listing = _read_listing(folder)
-    return None if listing is None else listing[0]
-
-
-UNTRUSTED = "the run's numbers cannot be read from it"
-
-
-def read_run(folder: Path) -> dict[str, bytes]:
-    """Every file a finished run's manifest lists, by path, each checked against its sha256 there.
-
-    What every reader of a run (``load``, ``table``, ``compare``, ``plot``) reads, and all it reads: a file
-    changed or removed since causalab wrote it is refused in one line, and a file the manifest does not
-    list is never read as the run's."""
-    listing = _read_listing(folder)
-    if listing is None:
-        raise OutputError(f"{echo(str(folder))} is not a causalab output folder (no {MANIFEST} of causalab's)")
-    listed, pending = listing
-    files = {}
-    for rel, digest in sorted(listed.items()):
-        files[rel] = vouched(folder, rel, {digest, pending.get(rel)})
-    return files
-
-
-def vouched(folder: Path, rel: str, digests: set[str | None]) -> bytes:
-    """The bytes of ``folder/rel`` where their sha256 is one of ``digests``; else one line saying why not."""
-    path = folder / rel
-    if Path(rel).is_absolute() or ".." in Path(rel).parts:
-        raise OutputError(f"{echo(str(folder / MANIFEST))} lists {echo(rel)}, outside the folder; {UNTRUSTED}")
-    try:
-        if path.is_symlink() or (path.exists() and not path.is_file()):  # a link or a FIFO is never read
-            raise OutputError(f"{echo(str(path))} changed since causalab wrote it; {UNTRUSTED}")
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise OutputError(f"{echo(str(path))} is missing; {UNTRUSTED}") from None
-    except OSError as exc:
-        raise OutputError(f"{echo(str(path))} cannot be read: {exc.strerror or exc}") from None
-    if _digest(data) not in digests:
-        raise OutputError(f"{echo(str(path))} changed since causalab wrote it; {UNTRUSTED}")
-    return data
-
-
-def vouched_file(path: Path) -> bytes:
-    """A file's bytes, checked against the manifest of the causalab output folder it lies in, if any (a
-    featurizer file a document loads from a previous run): a file copied out of any run is read as it is."""
-    resolved = path.resolve()
-    for folder in resolved.parents:
-        listing = _read_listing(folder)
-        if listing is None:
-            continue
-        rel = str(resolved.relative_to(folder))
-        if rel not in listing[0]:
-            raise OutputError(f"{echo(str(path))} is not listed in the {MANIFEST} of the causalab output it "
-                              f"lies in; {UNTRUSTED}")
-        return vouched(folder, rel, {listing[0][rel]})
-    return path.read_bytes()  # an OSError is the caller's to name
 
 
 def _leftover(name: str) -> re.Pattern:
@@ -139,11 +54,11 @@ def _is_causalabs(folder: Path) -> bool:
     """A folder causalab made: a finished output, one still being written or deleted, or an empty one it moved aside."""
     if folder.is_symlink() or not folder.is_dir():
         return False
-    return ((folder / PARTIAL).is_file() or (folder / REMOVING).is_file() or _read_manifest(folder) is not None
+    return ((folder / PARTIAL).is_file() or (folder / REMOVING).is_file() or read_manifest(folder) is not None
             or not any(folder.iterdir()))
 
 
-def _remove(folder: Path) -> None:
+def remove(folder: Path) -> None:
     """Delete a folder causalab made, its mark last: cut short, it is still recognised, and finished next time."""
     if not folder.is_dir() or folder.is_symlink():
         return
@@ -162,7 +77,7 @@ def _remove(folder: Path) -> None:
 
 def _dead_parts(folder: Path) -> list[Path]:
     """``add_file``'s part files in a causalab output that a process no longer running left behind."""
-    listing = _read_listing(folder)
+    listing = read_listing(folder)
     if listing is None:
         return []
     known = set(listing[0]) | set(listing[1]) | {MANIFEST}
@@ -173,7 +88,7 @@ def _dead_parts(folder: Path) -> list[Path]:
         for name in names:
             part = _PART.fullmatch(name)
             path = Path(root) / name
-            if part and str(rel_root / part["target"]) in known and not _pid_running(int(part["pid"])) \
+            if part and str(rel_root / part["target"]) in known and not pid_running(int(part["pid"])) \
                     and path.is_file() and not path.is_symlink():
                 found.append(path)
     return found
@@ -184,7 +99,7 @@ def first_foreign(folder: Path) -> str | None:
 
     What causalab left there itself (a dead process's part files) is never counted.
     """
-    listing = _read_listing(folder)
+    listing = read_listing(folder)
     if listing is None:
         entries = sorted(p.name for p in folder.iterdir())
         return f"{entries[0]} (the folder has no causalab {MANIFEST})" if entries else None
@@ -207,12 +122,12 @@ def first_foreign(folder: Path) -> str | None:
                 continue
             if path.is_symlink() or not path.is_file() or (rel not in listed and rel not in pending):
                 return rel  # a FIFO is never read
-            if _digest(path.read_bytes()) not in (listed.get(rel), pending.get(rel)):
+            if sha256_of(path.read_bytes()) not in (listed.get(rel), pending.get(rel)):
                 return f"{rel} (changed since causalab wrote it)"
     return None
 
 
-def _pid_running(pid: int) -> bool:
+def pid_running(pid: int) -> bool:
     if pid == os.getpid():
         return False  # this process: any leftover of ours is from a run that already ended
     try:
@@ -231,12 +146,12 @@ def recover(out: Path) -> None:
         return
     for entry in sorted(parent.iterdir()):
         found = pattern.fullmatch(entry.name)
-        if not found or _pid_running(int(found["old"] or found["new"])) or not _is_causalabs(entry):
+        if not found or pid_running(int(found["old"] or found["new"])) or not _is_causalabs(entry):
             continue
         if found["old"] and not (entry / REMOVING).exists() and not out.exists() and not out.is_symlink():
             entry.rename(out)
         else:
-            _remove(entry)
+            remove(entry)
     if out.is_dir() and not out.is_symlink():
         if mount_point(out):
             _recover_in_place(out)
@@ -387,7 +302,7 @@ def _write_in_place(out: Path, files: dict[str, bytes]) -> None:
             path = _inside(stage, rel)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
-        (stage / MANIFEST).write_bytes(_manifest({rel: _digest(data) for rel, data in files.items()}))
+        (stage / MANIFEST).write_bytes(manifest_bytes({rel: sha256_of(data) for rel, data in files.items()}))
         _step("written")
         with signals_deferred():
             (out / PARTIAL).write_text(str(os.getpid()))  # from here on the folder is causalab's, half written
@@ -426,14 +341,14 @@ def _recover_in_place(out: Path) -> None:
     """Clear what a run killed while writing ``out`` in place left: its staged files, or a half-written folder."""
     for stage in out.glob(f"{STAGED}*"):
         pid = stage.name[len(STAGED):]
-        if pid.isdigit() and not _pid_running(int(pid)) and stage.is_dir() and not stage.is_symlink() \
+        if pid.isdigit() and not pid_running(int(pid)) and stage.is_dir() and not stage.is_symlink() \
                 and (stage / PARTIAL).is_file():
             _clear(stage)
             stage.rmdir()
     mark = out / PARTIAL
     if mark.is_file() and not mark.is_symlink():
         pid = mark.read_text().strip()
-        if pid.isdigit() and not _pid_running(int(pid)):
+        if pid.isdigit() and not pid_running(int(pid)):
             _clear(out)
 
 
@@ -456,7 +371,7 @@ def _write_folder(out: Path, files: dict[str, bytes]) -> None:
             path = _inside(tmp, rel)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
-        (tmp / MANIFEST).write_bytes(_manifest({rel: _digest(data) for rel, data in files.items()}))
+        (tmp / MANIFEST).write_bytes(manifest_bytes({rel: sha256_of(data) for rel, data in files.items()}))
         (tmp / PARTIAL).unlink()  # from here on the manifest says whose folder this is
         os.chmod(tmp, _folder_mode(out))
         _step("written")
@@ -475,9 +390,9 @@ def _write_folder(out: Path, files: dict[str, bytes]) -> None:
                 (old / REMOVING).touch()  # from here on, whatever stops the deletion, the next run finishes it
         _step("swapped")
         if moved:
-            _remove(old)
+            remove(old)
     except BaseException:
-        _remove(tmp)  # marked before anything goes: a second signal here leaves what the next run removes
+        remove(tmp)  # marked before anything goes: a second signal here leaves what the next run removes
         raise
 
 
@@ -498,7 +413,7 @@ def _settled(folder: Path, listed: dict[str, str], pending: dict[str, str]) -> d
     files = dict(listed)
     for rel, digest in pending.items():
         path = folder / rel
-        if path.is_file() and not path.is_symlink() and _digest(path.read_bytes()) == digest:
+        if path.is_file() and not path.is_symlink() and sha256_of(path.read_bytes()) == digest:
             files[rel] = digest
     return files
 
@@ -516,26 +431,26 @@ def add_file(folder: Path, rel: str, data: bytes) -> Path:
 
 
 def _add_file(folder: Path, rel: str, data: bytes) -> Path:
-    listing = _read_listing(folder)
+    listing = read_listing(folder)
     if listing is None:
         raise OutputError(f"{shorten(str(folder))}: not a causalab output folder (no {MANIFEST})")
     for part in _dead_parts(folder):
         part.unlink()
     listed = _settled(folder, *listing)
     path = _inside(folder, rel)
-    if path.exists() and (rel not in listed or _digest(path.read_bytes()) != listed[rel]):
+    if path.exists() and (rel not in listed or sha256_of(path.read_bytes()) != listed[rel]):
         raise OutputError(f"{shorten(str(path))}: exists and was not written by causalab; move it away first")
-    digest = _digest(data)
-    _replace(folder / MANIFEST, _manifest(listed, {rel: digest}))  # announced: either bytes are causalab's
+    digest = sha256_of(data)
+    _replace(folder / MANIFEST, manifest_bytes(listed, {rel: digest}))  # announced: either bytes are causalab's
     _step("announced")
     try:
         _replace(path, data)
     except OSError:
         try:  # a full disk: take the announcement back, so the manifest names only what is there
-            _replace(folder / MANIFEST, _manifest(listed))
+            _replace(folder / MANIFEST, manifest_bytes(listed))
         except OSError:
             pass  # still announced only (never listed): readers skip it, the next add_file or run settles it
         raise
     _step("file written")
-    _replace(folder / MANIFEST, _manifest({**listed, rel: digest}))
+    _replace(folder / MANIFEST, manifest_bytes({**listed, rel: digest}))
     return path

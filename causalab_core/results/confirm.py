@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from typing import Any, Callable
 
-from causalab_core.compiler.estimates import patched
 from causalab_core.ir import Plan
-from causalab_core.results import MetricResult, _number, dump
+from causalab_core.results.score import MetricResult, _number, dump
 
 
-def estimate_record(plan: Plan) -> dict[str, Any] | None:
+def run_estimate(plan: Plan) -> dict[str, Any] | None:
     """run.json's ``estimate``: the method, and (filled by ``confirm``) what confirmation found; None without."""
     spec = plan.document.get("estimate")
     return None if spec is None else {"method": spec["method"]}
@@ -57,7 +55,7 @@ def confirm(plan: Plan, metrics: list[MetricResult], files: dict[str, bytes], re
     by = spec.get("metric") or next(iter(plan.document["metrics"]))
     ranked = [(abs(e), i) for i, m in enumerate(r for r in metrics if r.name == by) if (e := effect(m.content)) is not None]
     chosen = sorted(i for _, i in sorted(ranked, key=lambda t: (-t[0], t[1]))[:spec["top"]])
-    points = patched(tuple(plan.points[i] for i in chosen))
+    points = tuple(plan.points[i].patched() for i in chosen)
     found, _, _ = execute(replace(plan, points=points))
     results = {(m.point.name, m.name): m for m in metrics}
     for real in found:
