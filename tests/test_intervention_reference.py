@@ -189,4 +189,4 @@ def test_nnterp_gives_the_bytes_hooks_gives(arch, component, request, write_doc,
             assert a.keys() == b.keys()
             for path in a:
                 for name in a[path]:
-                    assert torch.equal(a[path][name], b[path][name]), (kind, options, path, name)
+                    assert torch.equal(a[path][name], b[path][name]), (kind, positions, path, name)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from causalab_core import api
-from causalab_core.results import folder as output
+from causalab_core.results import added, folder as output
 from causalab_core.plugins.contracts import PositionResolver, Resolved
 from causalab_core.errors import OutputError, PlanError
 from causalab_core import hookimpl
@@ -268,7 +268,7 @@ def test_a_deletion_cut_short_is_recognised_and_finished_by_the_next_run(tmp_pat
 
 def _plotted(out: Path) -> None:
     output.write_folder(out, {"run.json": b"{}\n", "document.json": b"{}\n"}, force=False)
-    output.add_file(out, "iia.png", b"first plot")
+    added.add_file(out, "iia.png", b"first plot")
 
 
 @pytest.mark.parametrize("step", ["part manifest.json", "announced", "part iia.png", "file written"])
@@ -278,19 +278,19 @@ def test_a_plot_killed_at_any_moment_leaves_a_folder_causalab_still_owns(tmp_pat
     pid = os.fork()
     if pid == 0:  # the child dies hard at this moment of adding the file
         monkeypatch.setattr(output, "_step", lambda name: os._exit(9) if name == step else None)
-        output.add_file(out, "iia.png", b"second plot")
+        added.add_file(out, "iia.png", b"second plot")
         os._exit(0)
     os.waitpid(pid, 0)
     assert (out / "iia.png").read_bytes() in (b"first plot", b"second plot")
     assert output.first_foreign(out) is None  # nothing there counts as a user's file
-    output.add_file(out, "iia.png", b"third plot")  # plotting again works, and cleans up
+    added.add_file(out, "iia.png", b"third plot")  # plotting again works, and cleans up
     listing = json.loads((out / "manifest.json").read_text())
     assert "pending" not in listing and sorted(p.name for p in out.iterdir()) == ["document.json", "iia.png",
                                                                                   "manifest.json", "run.json"]
     _killed_again = os.fork()
     if _killed_again == 0:
         monkeypatch.setattr(output, "_step", lambda name: os._exit(9) if name == step else None)
-        output.add_file(out, "iia.png", b"fourth plot")
+        added.add_file(out, "iia.png", b"fourth plot")
         os._exit(0)
     os.waitpid(_killed_again, 0)
     output.write_folder(out, {"run.json": b"new\n"}, force=True)  # and --force replaces the folder

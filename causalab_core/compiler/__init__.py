@@ -1,4 +1,4 @@
-"""Document + weightless model shell -> plan; sweeps expand here."""
+"""Document + weightless model shell -> plan: each sweep point's reads, writes, fits and scoring."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ __all__ = ["compile_document", "load_shell", "resolve_source"]
 
 
 def __getattr__(name: str) -> Any:
-    # Lazily: the compiler loads torch and transformers, and readers of a run use `compiler.sweep` alone.
+    # Lazily: the compiler loads torch and transformers, which what only reads documents never needs.
     if name == "compile_document":
         from causalab_core.compiler.compile import compile_document
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 from typing import Any
 
-from causalab_core.compiler.prompts import check_prompts, tokenize_inputs, unknown_id
+from causalab_core.compiler.answers import answer_token
+from causalab_core.compiler.prompts import check_prompts, tokenize_inputs
 from causalab_core.compiler.shell import Shell, load_shell, resolve_source
 from causalab_core.document.sweep import points, substitute
 from causalab_core.compiler.reuse import choose as choose_position_reuse
@@ -18,36 +18,12 @@ from causalab_core.document.schema import ReadSpec, WriteSpec
 from causalab_core.errors import PlanError, echo
 from causalab_core.compiler.interventions import lowered
 from causalab_core.compiler.estimates import check_estimable, estimated
-from causalab_core.compiler.featurizers import TrainingRows, identity, train_rows, with_loaded_state
+from causalab_core.compiler.featurizers import TrainingRows, identity, train_rows, trained_labels, with_loaded_state
+from causalab_core.compiler.steps import eligible_rows, run_order
 from causalab_core.ir import (
     FeaturizerRef, Fit, MetricPlan, Plan, Point, PositionRecord, Read, Run, Scoring, Write,
 )
 from causalab_core.plugins.registry import Registry
-
-
-def answer_token(tokenizer: Any, rows: tuple[dict, ...], column: str, where: str) -> tuple[int, ...]:
-    """The single token id of an answer column on each row: one token, never the unknown token."""
-    unknown = unknown_id(tokenizer)
-    ids = []
-    for i, row in enumerate(rows):
-        if column not in row:
-            raise PlanError(f"{where}: {row_name(rows, i)} has no column {echo(column)}")
-        value = row[column]
-        if not isinstance(value, str):
-            raise PlanError(f"{where}: {row_name(rows, i)}, column {echo(column)}: an answer must be a string, "
-                            f"got {echo(value)}")
-        tokens = tokenizer(value, add_special_tokens=False)["input_ids"]
-        here = f"{where}: {row_name(rows, i)}, column {column!r}: answer {echo(value)}"
-        if len(tokens) != 1:
-            # A metric reads one next-token logit: scoring the first of several would score another answer.
-            empty = " (empty text)" if not value else ""
-            raise PlanError(f"{here} is {len(tokens)} tokens{empty}, not one (answers are scored as the next "
-                            "token; mind the leading space)")
-        if tokens[0] == unknown:
-            raise PlanError(f"{here} is not in the model's vocabulary: the tokenizer reads it as the unknown token "
-                            f"{echo(tokenizer.unk_token)}, whose logit says nothing about the answer")
-        ids.append(tokens[0])
-    return tuple(ids)
 
 
 def _some(by_row: dict, rows: Any, limit: int = 8) -> str:
@@ -403,50 +379,6 @@ class Compiler:
             data=self.loaded.generated or {},
             **choose_position_reuse(self.ref, prompts, built),
         )
-
-
-def trained_labels(labels: tuple[int, ...], order: str, seed: int) -> tuple[int, ...]:
-    """The training labels, or (``shuffled``, the control) the same labels permuted among the rows from
-    ``seed``: what is left to learn is what any subspace of that rank could fit."""
-    if order != "shuffled":
-        return labels
-    permuted = list(labels)
-    random.Random(f"shuffled-labels-{seed}").shuffle(permuted)
-    return tuple(permuted)
-
-
-def eligible_rows(rows: int, reads: list[Read], writes: dict[str, list[Write]]) -> list[bool]:
-    """The rows every read resolved on, leaving out reads that only give a statistic over rows (a mean, a
-    mean subtracted, a standard deviation): a row missing from a statistic still has its own value to score."""
-    direct = {w.source for ws in writes.values() for w in ws if w.intervention is None or w.intervention.needs != "mean"}
-    statistics = {r for ws in writes.values() for w in ws for r in uses(w)} - direct
-    eligible = [True] * rows
-    for read in reads:
-        if read.name not in statistics:
-            eligible = [ok and bool(window) for ok, window in zip(eligible, read.windows)]
-    return eligible
-
-
-def run_order(inputs: list[str], read_inputs: dict[str, str], writes: dict[str, list[Write]]) -> list[str]:
-    """The inputs in the order their runs go: one whose writes take a read's value after that read's input
-    (which a write may change too: a read of a noised run patched into the clean one)."""
-    after = {name: {read_inputs[r] for w in writes.get(name, ()) for r in uses(w)} for name in inputs}
-    order: list[str] = []
-    while len(order) < len(inputs):
-        ready = [i for i in inputs if i not in order and after[i] <= set(order)]
-        if not ready:
-            left = sorted(set(inputs) - set(order))
-            raise PlanError(f"$.writes: the inputs {left} each write a value read from another of them's run; "
-                            "no order runs them")
-        order.append(min(ready, key=lambda i: (i in writes, inputs.index(i))))
-    return order
-
-
-def uses(write: Write) -> tuple[str, ...]:
-    """The reads a write takes values from: its source, and what its intervention reads besides."""
-    iv = write.intervention
-    extra = () if iv is None else tuple(r for r in (iv.minus, iv.std_of) if r is not None)
-    return tuple(r for r in (write.source, *extra) if r is not None)
 
 
 def compile_document(loaded: LoadedDocument, registry: Registry) -> Plan:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,3 +79,13 @@ def with_loaded_state(featurizer: Any, model: Any, site: Any, position: Any, whe
             )
     params = {k: v for k, v in featurizer.params.items() if k != "load"}
     return dataclasses.replace(featurizer, params=params, state=data, state_digest=hashlib.sha256(data).hexdigest())
+
+
+def trained_labels(labels: tuple[int, ...], order: str, seed: int) -> tuple[int, ...]:
+    """The training labels, or (``shuffled``, the control) the same labels permuted among the rows from
+    ``seed``: what is left to learn is what any subspace of that rank could fit."""
+    if order != "shuffled":
+        return labels
+    permuted = list(labels)
+    random.Random(f"shuffled-labels-{seed}").shuffle(permuted)
+    return tuple(permuted)

@@ -1,2 +1,6 @@
-"""The plugin machinery: hook specs, the contracts components meet, the registry that loads them from entry
-points, and what pins them into a run (provenance, source digests). Nothing here imports the stages above."""
+"""The plugin machinery: hook specs, contracts, the registry, provenance and source digests.
+
+What components meet (``contracts``), the hooks that hand them to core (``hookspecs``), their loading from
+entry points (``registry``), and what pins them into a run (``provenance``, ``digests``). Nothing here imports
+the stages above it.
+"""

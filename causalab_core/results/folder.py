@@ -6,7 +6,7 @@ empty one). The new folder is written beside the old one and swapped in with
 SIGINT/SIGTERM deferred; a run killed mid-swap leaves ``.NAME.replaced.PID``,
 which the next run on that path puts back or removes. A folder causalab deletes
 is marked first (``.causalab-removing``, deleted last), so a deletion cut short
-is still recognised and finished by the next run. ``add_file`` announces a file
+is still recognised and finished by the next run. ``added.add_file`` announces a file
 in the manifest (``pending``) before writing it through ``.NAME.PID.part``, so a
 plot cut short leaves only what causalab recognises and cleans up.
 """
@@ -75,7 +75,7 @@ def remove(folder: Path) -> None:
     folder.rmdir()
 
 
-def _dead_parts(folder: Path) -> list[Path]:
+def dead_parts(folder: Path) -> list[Path]:
     """``add_file``'s part files in a causalab output that a process no longer running left behind."""
     listing = read_listing(folder)
     if listing is None:
@@ -104,7 +104,7 @@ def first_foreign(folder: Path) -> str | None:
         entries = sorted(p.name for p in folder.iterdir())
         return f"{entries[0]} (the folder has no causalab {MANIFEST})" if entries else None
     listed, pending = listing
-    leftovers = set(_dead_parts(folder))
+    leftovers = set(dead_parts(folder))
     dirs = {str(p) for rel in [*listed, *pending] for p in Path(rel).parents} | {"."}
     for root, subdirs, names in os.walk(folder):
         subdirs.sort()
@@ -155,7 +155,7 @@ def recover(out: Path) -> None:
     if out.is_dir() and not out.is_symlink():
         if mount_point(out):
             _recover_in_place(out)
-        for part in _dead_parts(out):
+        for part in dead_parts(out):
             part.unlink()
 
 
@@ -243,7 +243,7 @@ def signals_deferred() -> Iterator[None]:
             signal.raise_signal(sig)
 
 
-def _inside(folder: Path, rel: str) -> Path:
+def inside(folder: Path, rel: str) -> Path:
     path = (folder / rel).resolve()
     if Path(rel).is_absolute() or ".." in Path(rel).parts or folder.resolve() not in path.parents:
         raise OutputError(f"refusing to write {echo(rel)}: it is not inside the output folder")
@@ -299,7 +299,7 @@ def _write_in_place(out: Path, files: dict[str, bytes]) -> None:
     try:
         (stage / PARTIAL).write_text(str(os.getpid()))
         for rel, data in files.items():
-            path = _inside(stage, rel)
+            path = inside(stage, rel)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
         (stage / MANIFEST).write_bytes(manifest_bytes({rel: sha256_of(data) for rel, data in files.items()}))
@@ -368,7 +368,7 @@ def _write_folder(out: Path, files: dict[str, bytes]) -> None:
     try:
         (tmp / PARTIAL).touch()
         for rel, data in files.items():
-            path = _inside(tmp, rel)
+            path = inside(tmp, rel)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
         (tmp / MANIFEST).write_bytes(manifest_bytes({rel: sha256_of(data) for rel, data in files.items()}))
@@ -394,63 +394,3 @@ def _write_folder(out: Path, files: dict[str, bytes]) -> None:
     except BaseException:
         remove(tmp)  # marked before anything goes: a second signal here leaves what the next run removes
         raise
-
-
-def _replace(target: Path, content: bytes) -> None:
-    """``target`` holds its old bytes or ``content``, never a mix: written beside it, then renamed over it."""
-    part = target.with_name(f".{target.name}.{os.getpid()}.part")
-    try:
-        part.write_bytes(content)
-        _step(f"part {target.name}")
-        part.replace(target)
-    except BaseException:
-        part.unlink(missing_ok=True)
-        raise
-
-
-def _settled(folder: Path, listed: dict[str, str], pending: dict[str, str]) -> dict[str, str]:
-    """The files listed once what an add_file cut short announced is resolved: each holds what is on disk."""
-    files = dict(listed)
-    for rel, digest in pending.items():
-        path = folder / rel
-        if path.is_file() and not path.is_symlink() and sha256_of(path.read_bytes()) == digest:
-            files[rel] = digest
-    return files
-
-
-def add_file(folder: Path, rel: str, data: bytes) -> Path:
-    """Add (or replace) one file of a causalab output folder and list it in the manifest.
-
-    Safe when cut short at any moment: the manifest announces the file before it is written, and only
-    then lists it; the next add_file or run on the folder recognises and removes what was left.
-    """
-    try:
-        return _add_file(folder, rel, data)
-    except OSError as exc:
-        raise OutputError(f"{shorten(str(folder / rel))}: cannot write it: {exc.strerror or exc}") from None
-
-
-def _add_file(folder: Path, rel: str, data: bytes) -> Path:
-    listing = read_listing(folder)
-    if listing is None:
-        raise OutputError(f"{shorten(str(folder))}: not a causalab output folder (no {MANIFEST})")
-    for part in _dead_parts(folder):
-        part.unlink()
-    listed = _settled(folder, *listing)
-    path = _inside(folder, rel)
-    if path.exists() and (rel not in listed or sha256_of(path.read_bytes()) != listed[rel]):
-        raise OutputError(f"{shorten(str(path))}: exists and was not written by causalab; move it away first")
-    digest = sha256_of(data)
-    _replace(folder / MANIFEST, manifest_bytes(listed, {rel: digest}))  # announced: either bytes are causalab's
-    _step("announced")
-    try:
-        _replace(path, data)
-    except OSError:
-        try:  # a full disk: take the announcement back, so the manifest names only what is there
-            _replace(folder / MANIFEST, manifest_bytes(listed))
-        except OSError:
-            pass  # still announced only (never listed): readers skip it, the next add_file or run settles it
-        raise
-    _step("file written")
-    _replace(folder / MANIFEST, manifest_bytes({**listed, rel: digest}))
-    return path

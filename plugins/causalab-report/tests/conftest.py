@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from causalab_core import api
-from causalab_core.results import folder as output
+from causalab_core.results import added
 
 ROOT = Path(__file__).parents[3]
 SWEEP = ROOT / "documents" / "real" / "weekdays_layer_sweep.json"
@@ -54,7 +54,7 @@ def runs(tmp_path_factory) -> dict[str, Any]:
     content["values"][row] = 1.0
     scored = [v for v in content["values"] if v is not None]
     content["summary"]["mean"] = float(format(sum(scored) / len(scored), ".9g"))
-    output.add_file(folder / "planted", rel, (json.dumps(content, indent=1) + "\n").encode())
+    added.add_file(folder / "planted", rel, (json.dumps(content, indent=1) + "\n").encode())
     return {"sweep": folder / "sweep", "line": folder / "line", "cube": folder / "cube", "planted": folder / "planted",
             "row": row, "at": PLANTED,
             "compared": folder / "compared"}

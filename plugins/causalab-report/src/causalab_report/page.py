@@ -17,7 +17,7 @@ from typing import Any
 
 from causalab_core.document.sweep import axis_label
 from causalab_core.errors import OutputError
-from causalab_core.results.folder import add_file
+from causalab_core.results.added import add_file
 from causalab_core.results.table import LoadedRun, load
 
 from causalab_report.plot import _position_axes, _token as _token_label

@@ -13,7 +13,7 @@ from typing import Any
 
 from causalab_core.document.sweep import axis_label
 from causalab_core.errors import OutputError, echo, shorten
-from causalab_core.results.folder import add_file
+from causalab_core.results.added import add_file
 from causalab_core.results.table import LoadedRun, load
 
 LITERAL = {"parse_math": False}

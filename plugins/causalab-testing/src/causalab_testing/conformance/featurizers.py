@@ -1,0 +1,94 @@
+"""``FeaturizerConformance``: what a featurizer must do on a made-up site."""
+
+from __future__ import annotations
+
+
+import pytest
+import torch
+
+from causalab_core.runtime import swap
+
+from causalab_testing.conformance.common import must_override, assert_params_forbid_unknown_keys
+
+
+
+def _outputs(featurizer, x: torch.Tensor) -> list[torch.Tensor]:
+    with torch.no_grad():
+        f, err = featurizer.featurize(x)
+        return [t for t in (f, err, featurizer.inverse(f, err), swap(featurizer, x, x.flip(0))) if t is not None]
+
+
+class FeaturizerConformance:
+    """``inverse(featurize(x)) == x``; swapping a value with itself changes nothing; two instances made with the
+    same parameters agree whatever torch's global random state (engines make their own, separately); the
+    parameters forbid unknown keys; a trainable featurizer's ``state()`` loaded into a fresh one gives its outputs.
+
+    Override ``featurizer``: an instance, made as an engine makes it (``cls(params, width)``).
+    """
+
+    @pytest.fixture
+    def featurizer(self):
+        must_override("featurizer")
+
+    def sample(self, featurizer, rows: int = 6) -> torch.Tensor:
+        return torch.randn(rows, featurizer.width, generator=torch.Generator().manual_seed(0))
+
+    def fresh(self, featurizer, global_seed: int):
+        """A new instance with the same parameters, made under another global random state (restored after)."""
+        cls = type(featurizer)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(global_seed)
+            return cls(cls.Params.model_validate(featurizer.params.model_dump(mode="json")), featurizer.width)
+
+    def test_inverse_undoes_featurize(self, featurizer):
+        x = self.sample(featurizer)
+        torch.testing.assert_close(featurizer.inverse(*featurizer.featurize(x)), x)
+
+    def test_swapping_a_value_with_itself_is_the_identity(self, featurizer):
+        x = self.sample(featurizer)
+        torch.testing.assert_close(swap(featurizer, x, x), x)
+
+    def test_swap_keeps_the_base_dtype(self, featurizer):
+        x = self.sample(featurizer).to(torch.bfloat16)
+        assert swap(featurizer, x, x.flip(0)).dtype == torch.bfloat16
+
+    def test_two_instances_with_the_same_params_agree(self, featurizer):
+        """Each engine (and each run) makes its own instance: what it computes follows from its parameters alone."""
+        x = self.sample(featurizer)
+        one, other = self.fresh(featurizer, 1), self.fresh(featurizer, 2)
+        for a, b in zip(_outputs(one, x), _outputs(other, x)):
+            if a.shape != b.shape or not torch.equal(a, b):
+                pytest.fail(f"featurizer {featurizer.name!r}: two instances with parameters "
+                            f"{featurizer.params.model_dump(mode='json')} compute different values (made under "
+                            "different global random states): draw anything random from a generator seeded by "
+                            "the parameters", pytrace=False)
+
+    def test_params_forbid_unknown_keys(self, featurizer):
+        assert_params_forbid_unknown_keys(f"featurizer {featurizer.name!r}", type(featurizer).Params,
+                                          featurizer.params.model_dump(mode="json"))
+
+    def test_state_round_trips_into_a_fresh_instance(self, featurizer):
+        """What training saves (``state()``, as safetensors bytes) loaded into a fresh instance gives the same outputs."""
+        if not getattr(featurizer, "trainable", False):
+            pytest.skip("not trainable")
+        from safetensors.torch import load, save
+
+        trained = self.fresh(featurizer, 3)
+        assert list(trained.parameters()), f"trainable featurizer {featurizer.name!r} has no parameters to train"
+        gen = torch.Generator().manual_seed(11)
+        with torch.no_grad():  # stands in for training: every parameter moves
+            for p in trained.parameters():
+                p.add_(0.1 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+        state = trained.state()
+        assert state and all(isinstance(v, torch.Tensor) for v in state.values()), (
+            f"featurizer {featurizer.name!r}: state() must be a non-empty dict of tensors for a trainable featurizer")
+        loaded = self.fresh(featurizer, 4)
+        loaded.load_state(load(save({k: v.contiguous() for k, v in state.items()})))
+        x = self.sample(featurizer)
+        for a, b in zip(_outputs(trained, x), _outputs(loaded, x)):
+            if a.shape != b.shape or not torch.allclose(a, b, rtol=0, atol=1e-5):
+                pytest.fail(f"featurizer {featurizer.name!r}: a fresh instance after load_state(state()) computes "
+                            "other values than the one whose state it loaded", pytrace=False)
+        untrained = self.fresh(featurizer, 3)
+        assert any(not torch.allclose(a, b, rtol=0, atol=1e-5) for a, b in zip(_outputs(trained, x), _outputs(untrained, x))), (
+            f"featurizer {featurizer.name!r}: moving every parameter changed nothing it computes")
