@@ -272,7 +272,7 @@ def env(verbose: Verbose = False) -> None:
 def add_plugin_commands(app: typer.Typer) -> None:
     """Let each plugin add its commands (the ``causalab_commands`` hook); a taken name is a PluginError.
 
-    Only the plugins whose module names the hook are loaded (`plugins.command_plugins`), so listing the
+    Only the plugins whose module names the hook are loaded (`registry.command_plugins`), so listing the
     commands costs no torch; a failure inside a plugin's hook is one line naming it."""
     from causalab_core.errors import PluginError
     from causalab_core.plugins.registry import blamed, command_plugins

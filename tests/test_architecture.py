@@ -74,7 +74,7 @@ def test_no_import_circle_among_product_modules():
 
 
 def test_no_import_circle_in_core_even_for_type_annotations():
-    """Core's modules import one way, annotation-only imports included (plugins.py <-> provenance.py was one)."""
+    """Core's modules import one way, annotation-only imports included (registry.py <-> provenance.py was one)."""
     core = {name: path for name, path in product_modules().items() if name.split(".")[0] == "causalab_core"}
     assert circles(core, typing=True) == []
 

@@ -131,7 +131,7 @@ def causalab_chunk_runner(workers: int | None, address: str | None) -> Any:
       one ``CausalabError`` line.
     - ``chunk_size(points)``: points per chunk.
     - ``run(plan, chunks, details)``: run each chunk (a list of point indices of ``plan``) and yield
-      ``(chunk, files)`` as each finishes, in any order, ``files`` as ``results.output_files`` lays out the chunk's
+      ``(chunk, files)`` as each finishes, in any order, ``files`` as ``score.output_files`` lays out the chunk's
       sub-plan; keep in ``details`` (the run's engine details, run.json's source) what the workers' engines said
       and where each chunk ran. A chunk whose worker died is run again elsewhere.
     - ``close()``: stop what ``start`` started; called however the run ends.

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from causalab_core.plugins.digests import distribution_digest, source_digest  # noqa: F401  (where they lived before)
 
-if TYPE_CHECKING:  # plugins.py imports nothing of this module: imports run one way
+if TYPE_CHECKING:  # registry.py imports nothing of this module: imports run one way
     from causalab_core.plugins.registry import Registry
 
 WATCHED = ("torch", "transformers", "nnsight", "nnterp", "pydantic")

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from causalab_core.errors import OutputError, shorten
-from causalab_core.results import folder
+from causalab_core.results import folder as out
 from causalab_core.results.manifest import MANIFEST, manifest_bytes, read_listing, sha256_of
 
 
@@ -15,7 +15,7 @@ def _replace(target: Path, content: bytes) -> None:
     part = target.with_name(f".{target.name}.{os.getpid()}.part")
     try:
         part.write_bytes(content)
-        folder._step(f"part {target.name}")
+        out._step(f"part {target.name}")
         part.replace(target)
     except BaseException:
         part.unlink(missing_ok=True)
@@ -48,15 +48,15 @@ def _add_file(folder: Path, rel: str, data: bytes) -> Path:
     listing = read_listing(folder)
     if listing is None:
         raise OutputError(f"{shorten(str(folder))}: not a causalab output folder (no {MANIFEST})")
-    for part in folder.dead_parts(folder):
+    for part in out.dead_parts(folder):
         part.unlink()
     listed = _settled(folder, *listing)
-    path = folder.inside(folder, rel)
+    path = out.inside(folder, rel)
     if path.exists() and (rel not in listed or sha256_of(path.read_bytes()) != listed[rel]):
         raise OutputError(f"{shorten(str(path))}: exists and was not written by causalab; move it away first")
     digest = sha256_of(data)
     _replace(folder / MANIFEST, manifest_bytes(listed, {rel: digest}))  # announced: either bytes are causalab's
-    folder._step("announced")
+    out._step("announced")
     try:
         _replace(path, data)
     except OSError:
@@ -65,6 +65,6 @@ def _add_file(folder: Path, rel: str, data: bytes) -> Path:
         except OSError:
             pass  # still announced only (never listed): readers skip it, the next add_file or run settles it
         raise
-    folder._step("file written")
+    out._step("file written")
     _replace(folder / MANIFEST, manifest_bytes({**listed, rel: digest}))
     return path

@@ -22,7 +22,7 @@ from typing import Any
 
 from causalab_core.errors import OutputError, echo, shorten
 from causalab_core.results.folder import pid_running, remove, signals_deferred
-from causalab_core.results.manifest import UNTRUSTED
+from causalab_core.results.manifest import UNTRUSTED, sha256_of
 
 MARK = "causalab resume"
 CHUNKS = 10
@@ -84,7 +84,7 @@ class Store:
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
             (tmp / rel).write_bytes(data)
         # The point's digests travel with it (renamed in with it), so keeping a point writes only the point.
-        (tmp / DIGESTS).write_text(json.dumps({rel: _sha(data) for rel, data in sorted(files.items())}))
+        (tmp / DIGESTS).write_text(json.dumps({rel: sha256_of(data) for rel, data in sorted(files.items())}))
         with signals_deferred():
             target = self.points / str(index)
             if target.is_dir() and not target.is_symlink():  # a point kept before, changed since: redone
@@ -123,7 +123,7 @@ class Store:
         for rel in sorted(set(listed) | set(files)):
             if rel not in files:
                 raise OutputError(f"{echo(str(folder / rel))} is missing; {UNTRUSTED}")
-            if listed.get(rel) != _sha(files[rel]):
+            if listed.get(rel) != sha256_of(files[rel]):
                 raise OutputError(f"{echo(str(folder / rel))} changed since causalab wrote it; {UNTRUSTED}")
         return files
 
@@ -136,15 +136,11 @@ class Store:
                 break
 
 
-def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 DIGESTS = ".digests.json"
 
 
 def _digests(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): _sha(p.read_bytes()) for p in sorted(folder.rglob("*"))
+    return {str(p.relative_to(folder)): sha256_of(p.read_bytes()) for p in sorted(folder.rglob("*"))
             if p.is_file() and p.name != DIGESTS}
 
 
@@ -256,7 +252,7 @@ def point_files(point: Any, files: dict[str, bytes]) -> dict[str, bytes]:
 
 
 def ordered_files(plan: Any, store: Store, top: dict[str, bytes]) -> dict[str, bytes]:
-    """The output folder's files, every point's from the store, in the order ``results.output_files`` lays them."""
+    """The output folder's files, every point's from the store, in the order ``score.output_files`` lays them."""
     kept = {i: store.files(i) for i in range(len(plan.points))}
     prefixes = [f"{p.name}/" if p.name else "" for p in plan.points]
     files = dict(top)

@@ -1,7 +1,7 @@
 """A worker: an actor holding its own registry and local engine; the plan arrives once, then chunks as indices.
 
 Each chunk runs, is scored and is laid out as files exactly as the client's own
-``api.run`` does it for a chunk (``results.score``, ``results.output_files``),
+``api.run`` does it for a chunk (``score.score``, ``score.output_files``),
 so its points' files are the bytes a one-process run keeps. What travels back is
 the chunk's point files (metric JSON, trained featurizers) and the engine's
 details, never tensors.
