@@ -19,7 +19,7 @@ from causalab_core.document import LoadedDocument, load_document
 from causalab_core.errors import EngineError, OutputError, clip, echo, shorten
 from causalab_core.ir import Plan
 from causalab_core.plugins.registry import Registry, registry as default_registry
-from causalab_core.plugins.provenance import run_record
+from causalab_core.plugins.provenance import run_digests, run_record
 from causalab_core.results.folder import check_out, write_folder
 from causalab_core.results.resume import (
     Store, chunk_size, has_store, open_store, ordered_files, plan_digest, point_files, store_path, was_forced,
@@ -177,7 +177,7 @@ def _run(reg: Registry, path: str | Path, *, out: str | Path | None, engine: str
     else:
         # Everything that decides the bytes: a resumed run must be the run that was interrupted.
         identity = {"document": sha256(dump(built.document)).hexdigest(), "plan": plan_digest(built),
-                    "causalab": reg.combined_digest(), "engine": engine, "batch size": batch_size,
+                    "causalab": run_digests(reg, built, engine)["distributions"], "engine": engine, "batch size": batch_size,
                     "device map": device_map, "engine options": chosen.model_dump(mode="json")}
         store = open_store(out_path, identity, resume=resume, force=force)
         runner.details.update(store.state["details"])  # resumed: what the engine said before (a remote one's jobs)

@@ -291,13 +291,41 @@ def test_plugins_lists_everything_and_warns_on_stderr_of_a_name_two_plugins_offe
     ]
 
 
-def test_a_plugin_that_fails_to_import_is_one_line_naming_it(tmp_path):
+def _causalab_with(site: Path, *args: str) -> subprocess.CompletedProcess:
+    code = ("import site, sys; site.addsitedir(sys.argv[1]); sys.argv = ['causalab', *sys.argv[2:]];"
+            "from causalab_core.cli import main; main()")
+    return subprocess.run([sys.executable, "-c", code, str(site), *args], capture_output=True, text=True)
+
+
+BROKEN_LINE = ("plugin 'x' of causalab-x failed to load (causalab_x): ImportError: causalab-x needs a newer torch")
+
+
+def test_a_plugin_that_fails_to_import_is_one_warning_line_and_the_rest_still_load(tmp_path):
     broken = PLUGIN + 'raise ImportError("causalab-x needs a newer torch")\n'
     site = _site_with(tmp_path, {"causalab-x": {"causalab_x.py": broken}})
     done = _plugins_from(site)
+    assert done.returncode == 0
+    assert done.stderr == f"warning: {BROKEN_LINE}; what uses none of its components goes on\n"
+    assert "causalab-metrics" in {p["distribution"] for p in json.loads(done.stdout)}
+
+
+def test_a_broken_plugin_stops_only_the_runs_missing_a_component_and_names_it(tmp_path, sweep_doc):
+    """A document that names only installed components runs (warned); one naming a component no loaded
+    plugin provides is refused, naming the broken plugin that may provide it."""
+    broken = PLUGIN + 'raise ImportError("causalab-x needs a newer torch")\n'
+    site = _site_with(tmp_path, {"causalab-x": {"causalab_x.py": broken}})
+    done = _causalab_with(site, "validate", str(sweep_doc))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == f"warning: {BROKEN_LINE}; what uses none of its components goes on\n"
+    document = json.loads(sweep_doc.read_text())
+    document["metrics"]["iia"]["kind"] = "x_metric"
+    other = sweep_doc.with_name("other.json")
+    other.write_text(json.dumps(document))
+    done = _causalab_with(site, "validate", str(other))
     assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr == ("PluginError: plugin 'x' of causalab-x failed to load (causalab_x): "
-                           "ImportError: causalab-x needs a newer torch\n")
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith("PluginError: unknown metric 'x_metric' at $.metrics.iia.kind; installed: ")
+    assert last.endswith(f"; {BROKEN_LINE}, and may provide it")
 
 
 def test_help_loads_a_plugin_adding_commands_and_names_it_when_it_breaks(tmp_path):

@@ -174,3 +174,56 @@ def test_a_kept_file_changed_after_its_point_was_counted_is_refused_not_written_
     with pytest.raises(OutputError, match="iia.json' is missing; the run's numbers cannot be read from it"):
         store.files(0)
     store.remove()
+
+
+THIRD_PARTY = '''"""A third party's metric, installed beside causalab's."""
+from causalab_core import hookimpl
+from causalab_metrics.answers import IIA
+
+
+class Again(IIA):
+    name = "iia_again"
+
+
+@hookimpl
+def causalab_metrics():
+    return [Again]
+'''
+
+
+def install_third_party(site: Path) -> Path:
+    """A real distribution (dist-info with its entry point, and its module) on a folder of ``sys.path``."""
+    info = site / "causalab_third-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: causalab-third\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[causalab]\nthird = causalab_third\n")
+    module = site / "causalab_third.py"
+    module.write_text(THIRD_PARTY)
+    return module
+
+
+@pytest.mark.parametrize("used", [False, True])
+def test_a_resume_binds_to_the_plugins_the_run_uses(long_sweep, tmp_path, monkeypatch, used):
+    """A plugin edited between the interruption and the resume: one the run does not use changes nothing, and
+    the run resumes; one it uses (its metric) makes the resume a one-line refusal."""
+    path, _ = long_sweep
+    module = install_third_party(tmp_path / "site")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    document = json.loads(path.read_text())
+    if used:
+        document["metrics"]["again"] = {**document["metrics"]["iia"], "kind": "iia_again"}
+    doc = tmp_path / "doc.json"
+    doc.write_text(json.dumps(document))
+    (tmp_path / "rows.jsonl").write_bytes((path.parent / "rows.jsonl").read_bytes())
+    out = tmp_path / "o"
+    _kill_after_first_chunk(doc, out, signal.SIGKILL)
+    module.write_text(THIRD_PARTY + "# edited after the interruption\n")
+    done = subprocess.run([CAUSALAB, "run", str(doc), "--out", str(out), "--resume"], capture_output=True, text=True)
+    if used:
+        assert done.returncode == 2 and done.stdout == ""
+        assert done.stderr == (f"OutputError: --out {out}: --resume refused: the interrupted run came from another "
+                               "causalab (causalab-third changed); run without --resume to start over\n")
+        assert store_path(out).exists() and not out.exists()
+    else:
+        assert done.returncode == 0, done.stderr
+        assert (out / "layers=0,pos=-1" / "iia.json").is_file() and not store_path(out).exists()

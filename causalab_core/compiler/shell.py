@@ -46,7 +46,7 @@ def resolve_source(key: str, revision: str | None, registry: Registry, folder: P
         at = f" at revision {revision!r}" if revision else ""
         raise PlanError(
             f"$.model.key: model {key!r}{at} is not a local directory, not in the local "
-            "Hugging Face cache, and no installed models plugin knows it"
+            f"Hugging Face cache, and no installed models plugin knows it{registry.failed_note()}"
         ) from None
 
 

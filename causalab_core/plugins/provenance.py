@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.metadata
 import sys
 from typing import TYPE_CHECKING, Any
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from causalab_core.plugins.digests import distribution_digest, source_digest  # noqa: F401  (where they lived before)
 
 if TYPE_CHECKING:  # registry.py imports nothing of this module: imports run one way
-    from causalab_core.plugins.registry import Registry
+    from causalab_core.plugins.registry import PluginInfo, Registry
 
 WATCHED = ("torch", "transformers", "nnsight", "nnterp", "pydantic")
 
@@ -31,8 +32,9 @@ def watched_versions() -> dict[str, str | None]:
     return dict(_versions())
 
 
-def components(registry: Registry, plan: Any, engine: str) -> dict[str, dict[str, str]]:
-    """Which distribution (and version) provided each component the run used: whose code made each number."""
+def used_components(plan: Any, engine: str) -> dict[str, list[str]]:
+    """The components a run uses, by kind: its engine, the position resolvers that resolved its plan, and the
+    featurizers, interventions and metrics of its points."""
     used = {
         "engine": [engine],
         "position": list(plan.resolvers),
@@ -40,12 +42,42 @@ def components(registry: Registry, plan: Any, engine: str) -> dict[str, dict[str
         "intervention": sorted({i.kind for i in plan.interventions()}),
         "metric": sorted({m.kind for point in plan.points for m in point.metrics}),
     }
+    return {kind: names for kind, names in used.items() if names}
+
+
+def components(registry: Registry, plan: Any, engine: str) -> dict[str, dict[str, str]]:
+    """Which distribution (and version) provided each component the run used: whose code made each number."""
 
     def provider(kind: str, name: str) -> str:
         info = registry.provider(kind, name)
         return f"{info.distribution} {info.version}"
 
-    return {kind: {name: provider(kind, name) for name in names} for kind, names in used.items() if names}
+    return {kind: {name: provider(kind, name) for name in names}
+            for kind, names in used_components(plan, engine).items()}
+
+
+def run_distributions(registry: Registry, plan: Any, engine: str) -> list[PluginInfo]:
+    """The distributions whose code makes a planned run's numbers: core, and the providers of the run's
+    engine, featurizers, interventions and metrics. The one rule for a run's identity: what a resume, a Ray
+    worker, run.json and a trained featurizer's file compare or record (a remote server compares the part of
+    it that runs there). Position resolvers are not in it: they ran at compile time, and the plan, which a
+    resume compares too, holds what they resolved. Another plugin installed beside them, or changed, is not
+    the run's."""
+    names = {"causalab-core"} | {registry.provider(kind, name).distribution for kind, names
+                                 in used_components(plan, engine).items() if kind != "position" for name in names}
+    return [p for p in registry.distributions() if p.distribution in names]
+
+
+def digests_of(infos: list[PluginInfo]) -> dict[str, Any]:
+    """One sha256 over the distributions' names, versions and source digests, and each one's version and digest."""
+    lines = sorted(f"{p.distribution} {p.version} {p.digest}" for p in infos)
+    return {"digest": hashlib.sha256("\n".join(lines).encode()).hexdigest(),
+            "distributions": {p.distribution: {"version": p.version, "digest": p.digest} for p in infos}}
+
+
+def run_digests(registry: Registry, plan: Any, engine: str) -> dict[str, Any]:
+    """run.json's ``causalab``: the digests of the distributions the run uses (``run_distributions``)."""
+    return digests_of(run_distributions(registry, plan, engine))
 
 
 def arithmetic() -> dict[str, Any]:
@@ -62,11 +94,8 @@ def environment(registry: Registry) -> dict[str, Any]:
 
 
 def causalab_digests(registry: Registry) -> dict[str, Any]:
-    """The combined digest, and each distribution's version and source digest."""
-    return {
-        "digest": registry.combined_digest(),
-        "distributions": {p.distribution: {"version": p.version, "digest": p.digest} for p in registry.distributions()},
-    }
+    """Every loaded distribution's digests, and one over them all (`causalab env`, a server's install)."""
+    return digests_of(registry.distributions())
 
 
 def loaded_weights_dtype(details: dict[str, Any]) -> str | None:
@@ -91,7 +120,7 @@ def run_record(
     if (details or {}).get("position_reuse"):  # whether position-level reuse ran, and who chose it
         record["position_reuse"] = details["position_reuse"]
     record["versions"] = watched_versions()
-    record["causalab"] = causalab_digests(registry)
+    record["causalab"] = run_digests(registry, plan, engine)
     record["components"] = components(registry, plan, engine)
     record["arithmetic"] = arithmetic()
     if plan.data:

@@ -8,7 +8,6 @@ passes, as tests do). Hook specs and their markers are in :mod:`causalab_core.pl
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib.metadata
 import importlib.util
 import inspect
@@ -55,9 +54,12 @@ class PluginInfo:
 class Registry:
     """Loaded plugins and the named components they provide, by kind."""
 
-    def __init__(self, pm: pluggy.PluginManager, plugins: list[PluginInfo]):
+    def __init__(self, pm: pluggy.PluginManager, plugins: list[PluginInfo], failed: tuple[str, ...] = ()):
         self.pm = pm
         self.plugins = plugins
+        self.failed = failed
+        """One line per entry-point plugin that failed to load: a run stops on it only where a component it
+        names is missing (the broken plugin may have provided it); any other run goes on, warned."""
         self._components: dict[str, dict[str, tuple[type, PluginInfo]]] = {}
         self.clashes: dict[tuple[str, str], list[str]] = {}
         """(kind, name) -> the distributions that each offer it: loaded, listed, refused only where used."""
@@ -97,7 +99,11 @@ class Registry:
             both = " and by ".join(self.clashes[kind, name])
             raise PluginError(f"{kind} name {name!r}{at} is provided twice: by {both}; uninstall one of them")
         known = ", ".join(self.names(kind)) or "none"
-        raise PluginError(f"unknown {kind} {name!r}{at}; installed: {known}")
+        raise PluginError(f"unknown {kind} {name!r}{at}; installed: {known}{self.failed_note()}")
+
+    def failed_note(self) -> str:
+        """What to add to a missing component's line where a plugin failed to load: it may have provided it."""
+        return "".join(f"; {line}, and may provide it" for line in self.failed)
 
     def provider(self, kind: str, name: str) -> PluginInfo:
         return self._components[kind][name][1]
@@ -162,11 +168,6 @@ class Registry:
                 return f"plugin {info.name!r} of {info.distribution}", frame.f_code.co_name
         return None
 
-    def combined_digest(self) -> str:
-        """One sha256 over core's and every loaded plugin's name, version and digest."""
-        lines = sorted(f"{p.distribution} {p.version} {p.digest}" for p in self.distributions())
-        return hashlib.sha256("\n".join(lines).encode()).hexdigest()
-
     def distributions(self) -> list[PluginInfo]:
         """Core and each loaded plugin's distribution, once each."""
         seen: dict[str, PluginInfo] = {}
@@ -211,13 +212,19 @@ def build_registry(extra: tuple[Any, ...] = (), blocked: tuple[str, ...] = ()) -
         pm.set_blocked(name)
     infos: list[PluginInfo] = []
     refuse_shared_entry_points()
-    try:
-        pm.load_setuptools_entrypoints(PROJECT)
-    except Exception as exc:
-        raise _load_failure(exc) from exc
-    for plugin, dist in pm.list_plugin_distinfo():
-        name = pm.get_name(plugin)
-        infos.append(_info(pm, name, plugin, dist.metadata["name"]))
+    failed = []
+    for dist in importlib.metadata.distributions():  # as pluggy's load_setuptools_entrypoints, one at a time
+        for ep in dist.entry_points:
+            if ep.group != PROJECT or pm.get_plugin(ep.name) or pm.is_blocked(ep.name):
+                continue  # one distribution found twice on the path loads once
+            owner = dist.metadata["name"]
+            try:
+                plugin = ep.load()
+                pm.register(plugin, name=ep.name)
+            except Exception as exc:  # an import error, a bad hook signature: that plugin's line, not every run's
+                failed.append(f"plugin {ep.name!r} of {owner} failed to load ({ep.value}): {_exception_line(exc)}")
+                continue
+            infos.append(_info(pm, ep.name, plugin, owner))
     for i, plugin in enumerate(extra):
         name = getattr(plugin, "__name__", f"extra-{i}")
         if pm.has_plugin(name):  # a module named like an installed plugin's entry point (metrics.py): its own key
@@ -232,7 +239,7 @@ def build_registry(extra: tuple[Any, ...] = (), blocked: tuple[str, ...] = ()) -
         pm.check_pending()
     except pluggy.PluginValidationError as exc:
         raise PluginError(str(exc)) from None
-    return Registry(pm, infos)
+    return Registry(pm, infos, tuple(failed))
 
 
 def _first_argument(frame: Any) -> Any:
@@ -271,21 +278,6 @@ def blamed(who: str, how: str) -> Iterator[None]:
         raise
     except Exception as exc:
         raise PluginError(f"{who} failed {how}: {_exception_line(exc)}") from exc
-
-
-def _load_failure(exc: Exception) -> CausalabError:
-    """A plugin whose entry point failed to load (import error, a bad hook signature): which one."""
-    if isinstance(exc, CausalabError):
-        return exc
-    tb, ep, dist = exc.__traceback__, None, None
-    while tb is not None:  # pluggy's loading loop holds the entry point it was loading
-        if tb.tb_frame.f_code.co_name == "load_setuptools_entrypoints" and "ep" in tb.tb_frame.f_locals:
-            ep, dist = tb.tb_frame.f_locals["ep"], tb.tb_frame.f_locals.get("dist")
-        tb = tb.tb_next
-    if ep is None:
-        return PluginError(f"loading the causalab plugins failed: {_exception_line(exc)}")
-    owner = dist.metadata["name"] if dist is not None else "?"
-    return PluginError(f"plugin {ep.name!r} of {owner} failed to load ({ep.value}): {_exception_line(exc)}")
 
 
 def command_plugins() -> list[tuple[str, str, Any]]:
@@ -351,8 +343,12 @@ def _info(pm: pluggy.PluginManager, name: str, plugin: Any, dist: str) -> Plugin
 
 @functools.cache
 def registry() -> Registry:
-    """The process-wide registry, built on first use."""
-    return build_registry()
+    """The process-wide registry, built on first use; a plugin that failed to load is a warning line on stderr
+    (a run that names a component missing because of it stops, naming it)."""
+    built = build_registry()
+    for line in built.failed:
+        print(f"warning: {line}; what uses none of its components goes on", file=sys.stderr)
+    return built
 
 
 def installed_causalab() -> dict[str, dict[str, str]]:

@@ -216,7 +216,8 @@ def open_store(out: Path, identity: dict[str, str], *, resume: bool, force: bool
     if resume:
         if state is None:
             raise OutputError(f"{where}: nothing to resume (no interrupted run of it left {path.name})")
-        differ = [key for key, value in identity.items() if state["identity"].get(key) != value]
+        differ = [_differs(key, state["identity"].get(key), value) for key, value in identity.items()
+                  if state["identity"].get(key) != value]
         if differ:
             raise OutputError(f"{where}: --resume refused: the interrupted run came from another "
                               f"{', '.join(differ)}; run without --resume to start over")
@@ -242,6 +243,14 @@ def open_store(out: Path, identity: dict[str, str], *, resume: bool, force: bool
         raise OutputError(f"{where}: cannot make {path.name} beside it (where completed points are kept): "
                           f"{exc.strerror or exc}") from None
     return Store(path, state, made)
+
+
+def _differs(key: str, then: Any, now: Any) -> str:
+    """``key``, and for a mapping (the run's distributions) which of its entries changed."""
+    if not (isinstance(then, dict) and isinstance(now, dict)):
+        return key
+    changed = sorted(name for name in {*then, *now} if then.get(name) != now.get(name))
+    return f"{key} ({', '.join(changed)} changed)"
 
 
 def point_files(point: Any, files: dict[str, bytes]) -> dict[str, bytes]:

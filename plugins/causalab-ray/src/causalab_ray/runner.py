@@ -88,22 +88,16 @@ class RayChunks:
             raise self._failure(exc, f"a Ray worker could not {what}") from exc
 
     def _preflight(self, registry: Any, plan: Any, engine: str) -> None:
-        """Every worker has the client's causalab where the plan runs on it: core and the distributions of the
-        engine, featurizers, interventions and metrics the plan uses, at the same versions and source digests
-        (client-only plugins are not compared, as a remote server's preflight does not). A plan that trains a
-        featurizer compares every distribution: the trained file carries the client's combined digest."""
-        from causalab_core.plugins.provenance import components
+        """Every worker has the client's causalab where the plan runs on it: the distributions the run uses
+        (``provenance.run_distributions``: core, the engine, featurizers, interventions and metrics), at the same
+        versions and source digests; another plugin, installed or changed on either side, is not the run's."""
+        from causalab_core.plugins.provenance import run_digests
 
-        mine = {p.distribution: {"version": p.version, "digest": p.digest} for p in registry.distributions()}
-        used = {"causalab-core"} | {entry.rsplit(" ", 1)[0] for kind, names in
-                                    components(registry, plan, engine).items() if kind != "position"
-                                    for entry in names.values()}
-        trains = any(step.kind == "fit" for step in plan.steps())
+        mine = run_digests(registry, plan, engine)["distributions"]
         for info in self.about:
             theirs = info["causalab"]
-            compared = set(mine) | set(theirs) if trains else used
             skew = [f"{name} (client {_said(mine.get(name))}, worker {_said(theirs.get(name))})"
-                    for name in sorted(compared) if mine.get(name) != theirs.get(name)]
+                    for name in sorted(mine) if mine.get(name) != theirs.get(name)]
             if skew:
                 raise EngineError(f"{self._where()}: the Ray worker on {info['node']} (pid {info['pid']}) does not "
                                   f"have this client's causalab: {'; '.join(skew)}; install the same causalab and "
