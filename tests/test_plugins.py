@@ -323,9 +323,9 @@ def test_a_broken_plugin_stops_only_the_runs_missing_a_component_and_names_it(tm
     other.write_text(json.dumps(document))
     done = _causalab_with(site, "validate", str(other))
     assert done.returncode == 2 and done.stdout == ""
-    last = done.stderr.splitlines()[-1]
-    assert last.startswith("PluginError: unknown metric 'x_metric' at $.metrics.iia.kind; installed: ")
-    assert last.endswith(f"; {BROKEN_LINE}, and may provide it")
+    (line,) = done.stderr.splitlines()[1:]
+    assert line.startswith(f"DocumentError: {other}: unknown metric 'x_metric' at $.metrics.iia.kind; "
+                           f"{BROKEN_LINE}, and may provide it; installed: ")
 
 
 def test_help_loads_a_plugin_adding_commands_and_names_it_when_it_breaks(tmp_path):

@@ -99,7 +99,7 @@ class Registry:
             both = " and by ".join(self.clashes[kind, name])
             raise PluginError(f"{kind} name {name!r}{at} is provided twice: by {both}; uninstall one of them")
         known = ", ".join(self.names(kind)) or "none"
-        raise PluginError(f"unknown {kind} {name!r}{at}; installed: {known}{self.failed_note()}")
+        raise PluginError(f"unknown {kind} {name!r}{at}{self.failed_note()}; installed: {known}")
 
     def failed_note(self) -> str:
         """What to add to a missing component's line where a plugin failed to load: it may have provided it."""
