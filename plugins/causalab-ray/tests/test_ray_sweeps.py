@@ -200,3 +200,17 @@ def cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
+
+
+@pytest.mark.parametrize("points,workers,chunks", [
+    (80, 2, [20] * 4), (24, 2, [12] * 2), (1000, 8, [63] * 15 + [55]), (40, 1, [20] * 2), (33, 3, [11] * 3),
+    (200, 2, [20] * 10), (1, 2, [1]),
+])
+def test_chunks_come_in_rounds_of_one_per_worker(points, workers, chunks):
+    """The README's rule: a multiple of N chunks (at least ten, or fewer of at least 16 points each)."""
+    from causalab_ray.runner import RayChunks
+
+    runner = RayChunks(workers, None)
+    runner.actors = [object()] * workers
+    size = runner.chunk_size(points)
+    assert [min(size, points - start) for start in range(0, points, size)] == chunks

@@ -109,12 +109,15 @@ class RayChunks:
     # -- the run --------------------------------------------------------------------------------------------
 
     def chunk_size(self, points: int) -> int:
-        """Points per chunk: a multiple of the workers' count of chunks, at least ``resume.CHUNKS`` of them, so
-        the last round keeps every worker busy; never under ``resume.MIN_CHUNK`` points (each chunk repeats
-        the clean and counterfactual forwards its points share) unless that would leave a worker idle."""
+        """Points per chunk, so that the count of chunks is a multiple of the N workers (every round keeps each
+        worker busy): at least ``resume.CHUNKS`` chunks (N x ceil(10 / N)), or, where that would make chunks
+        under ``resume.MIN_CHUNK`` points (each chunk repeats the clean and counterfactual forwards its points
+        share), the most rounds of N chunks that keep them that long, and one round (N chunks) at the least."""
         n = max(1, len(self.actors))
-        chunks = n * math.ceil(CHUNKS / n)
-        return max(1, min(MIN_CHUNK, math.ceil(points / n)), math.ceil(points / chunks))
+        size = math.ceil(points / (n * math.ceil(CHUNKS / n)))
+        if size < MIN_CHUNK:
+            size = math.ceil(points / (n * max(1, points // (MIN_CHUNK * n))))
+        return max(1, size)
 
     def run(self, plan: Any, chunks: list[list[int]], details: dict[str, Any]) -> Iterator[tuple[list[int], dict]]:
         import ray
