@@ -199,7 +199,8 @@ def plugins(verbose: Verbose = False) -> None:
 @app.command()
 def table(
     folder: Annotated[Path, typer.Argument(help="A run's output folder.", show_default=False)],
-    fmt: Annotated[str, typer.Option("--format", help="csv or json (JSON lines: one record a line).")] = "csv",
+    fmt: Annotated[str, typer.Option("--format", help="csv, json (one array of records) or jsonl (JSON Lines: "
+                                                      "one record a line).")] = "csv",
     summaries: Annotated[bool, typer.Option("--summaries", help="One row per point x metric (its summary) instead.")] = False,
     verbose: Verbose = False,
 ) -> None:
@@ -211,18 +212,23 @@ def table(
         from causalab_core.errors import DocumentError, echo
         from causalab_core.results.table import load
 
-        if fmt not in ("csv", "json"):
-            raise DocumentError(f"--format {echo(fmt)}: expected csv or json")
+        if fmt not in ("csv", "json", "jsonl"):
+            raise DocumentError(f"--format {echo(fmt)}: expected csv, json or jsonl")
         records = load(folder).records["summaries" if summaries else "rows"]
-        if fmt == "json":
+        if fmt in ("json", "jsonl"):
             from causalab_core.results.score import NOT_A_NUMBER
 
-            def plain(value):  # strict JSON: a NaN is written as the metric files write it
-                return NOT_A_NUMBER[str(value)] if isinstance(value, float) and value != value or value in (
-                    float("inf"), float("-inf")) else value
+            def plain(record):  # strict JSON: a NaN is written as the metric files write it
+                return {k: NOT_A_NUMBER[str(v)] if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf")))
+                        else v for k, v in record.items()}
 
-            sys.stdout.write("".join(json.dumps({k: plain(v) for k, v in r.items()}, ensure_ascii=False,
-                                                allow_nan=False) + "\n" for r in records))
+            def dumped(value) -> str:
+                return json.dumps(value, ensure_ascii=False, allow_nan=False)
+
+            if fmt == "jsonl":
+                sys.stdout.write("".join(dumped(plain(r)) + "\n" for r in records))
+            else:
+                sys.stdout.write(dumped([plain(r) for r in records]) + "\n")
             return
         columns = list(dict.fromkeys(k for r in records for k in r))
         writer = csv.DictWriter(sys.stdout, fieldnames=columns, lineterminator="\n")

@@ -54,7 +54,20 @@ CASES = [
     ("a minus read of the written input", intervened({"kind": "add", "minus": "cf_first"}, input="base"), 2,
      ["$.writes.patch.intervention.minus: read 'cf_first' is taken from 'base', the input this write changes"]),
     ("a vector file that is not there", intervened({"kind": "add", "vector": "absent.safetensors"}, source=False),
-     2, ["$.writes.patch.intervention.vector", "absent.safetensors", "cannot be read"]),
+     2, ["doc.json: $.writes.patch.intervention.vector", "absent.safetensors", "cannot be read"]),
+    ("a vector file that is not safetensors", intervened({"kind": "add", "vector": "rows.jsonl"}, source=False),
+     2, ["doc.json: $.writes.patch.intervention.vector", "rows.jsonl", "is not a safetensors file"]),
+    ("a vector file of two tensors", intervened({"kind": "add", "vector": "two.safetensors"}, source=False),
+     2, ["doc.json: $.writes.patch.intervention.vector", "two.safetensors", "holds 2 tensors"]),
+    ("a vector holding a NaN", intervened({"kind": "add", "vector": "nan.safetensors"}, source=False),
+     2, ["doc.json: $.writes.patch.intervention.vector", "nan.safetensors", "holds nan at index 3", "finite"]),
+    ("a vector holding an infinity", intervened({"kind": "add", "vector": "inf.safetensors"}, source=False),
+     2, ["doc.json: $.writes.patch.intervention.vector", "inf.safetensors", "holds -inf at index 31"]),
+    ("a zero steering vector", intervened({"kind": "add", "vector": "zero.safetensors", "alpha": 4}, source=False),
+     1, ["doc.json: $.writes.patch.intervention", "zero.safetensors is zero: adding it changes nothing"]),
+    ("an alpha given as a string", intervened({"kind": "add", "vector": "v.safetensors", "alpha": "0.5"},
+                                              source=False),
+     2, ["doc.json: $.writes.patch.intervention.alpha", "Input should be a valid number"]),
     ("a vector of the wrong width", intervened({"kind": "add", "vector": "wide.safetensors"}, source=False), 1,
      ["$.writes.patch.intervention.vector", "shape [33]", "must be [32]"]),
     ("a mean over no eligible rows", lambda d: (d["reads"]["cf_resid"].update(position=40),  # past every prompt
@@ -68,6 +81,11 @@ def test_a_bad_intervention_is_one_line_before_weights_load(edit, code, needles,
     doc = copy.deepcopy(base_doc)
     edit(doc)
     save_file({"v": torch.zeros(33)}, tmp_path / "wide.safetensors")
+    save_file({"v": torch.ones(32)}, tmp_path / "v.safetensors")
+    save_file({"v": torch.zeros(32)}, tmp_path / "zero.safetensors")
+    save_file({"v": torch.ones(32), "w": torch.ones(32)}, tmp_path / "two.safetensors")
+    save_file({"v": torch.ones(32).index_fill(0, torch.tensor([3, 9]), float("nan"))}, tmp_path / "nan.safetensors")
+    save_file({"v": torch.ones(32).index_fill(0, torch.tensor([31]), float("-inf"))}, tmp_path / "inf.safetensors")
     result = CliRunner().invoke(app, ["plan", str(write_doc(doc, weekday_rows(6)))])
     assert result.exit_code == code, result.output
     message = result.stderr.strip()

@@ -517,3 +517,15 @@ except KeyboardInterrupt:
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert result.stdout.strip() == "interrupted after the block", result.stdout + result.stderr
+
+
+def test_a_point_folder_is_named_by_its_value_where_the_readme_rule_allows():
+    """README: a value of letters, digits and `_ . - + @ [ ]` names its folder as itself, a float included;
+    only an odd or long one gets a hash (and values that differ by case alone)."""
+    from causalab_core.document import sweep
+
+    document = types.SimpleNamespace(sweep={"alpha": [0, 0.5, 1.0, 1e-05, 2.5e+100], "pos": [-1, "entity", "a b"]})
+    names = [point for point, _ in sweep.points(document)]
+    assert names[:3] == ["alpha=0,pos=-1", "alpha=0,pos=entity", names[2]]
+    assert {n.split(",")[0] for n in names} == {"alpha=0", "alpha=0.5", "alpha=1.0", "alpha=1e-05", "alpha=2.5e+100"}
+    assert names[2].startswith("alpha=0,pos=a_b-") and len(names[2]) == len("alpha=0,pos=a_b-") + 8

@@ -69,9 +69,13 @@ def test_the_table_command_prints_csv_and_json_lines(sweep_run):
     records = causalab_core.load(sweep_run).records["rows"]
     assert len(parsed) == len(records)
     assert [float(r["value"]) for r in parsed] == [r["value"] for r in records]
-    lines = subprocess.run([CAUSALAB, "table", str(sweep_run), "--summaries", "--format", "json"],
+    summaries = causalab_core.load(sweep_run).records["summaries"]
+    lines = subprocess.run([CAUSALAB, "table", str(sweep_run), "--summaries", "--format", "jsonl"],
                            capture_output=True, text=True).stdout.splitlines()
-    assert [json.loads(line) for line in lines] == causalab_core.load(sweep_run).records["summaries"]
+    assert [json.loads(line) for line in lines] == summaries
+    whole = subprocess.run([CAUSALAB, "table", str(sweep_run), "--summaries", "--format", "json"],
+                           capture_output=True, text=True).stdout
+    assert json.loads(whole) == summaries  # one JSON document, as the README says
 
 
 def test_a_folder_that_is_not_a_run_is_one_line(tmp_path):

@@ -15,7 +15,7 @@ from causalab_core.plugins.contracts import RUNS, VIEWS, Resolved
 from causalab_core.document import LoadedDocument, check_document
 from causalab_core.document.load import row_name
 from causalab_core.document.schema import ReadSpec, WriteSpec
-from causalab_core.errors import PlanError, echo
+from causalab_core.errors import DocumentError, PlanError, echo
 from causalab_core.compiler.interventions import lowered
 from causalab_core.compiler.estimates import check_estimable, estimated
 from causalab_core.compiler.featurizers import TrainingRows, identity, train_rows, trained_labels, with_loaded_state
@@ -388,7 +388,7 @@ def compile_document(loaded: LoadedDocument, registry: Registry) -> Plan:
     try:
         shell = load_shell(resolve_source(model.key, model.revision, registry, Path(loaded.source).parent))
         return Compiler(loaded, shell, registry, metric_params).plan()
-    except PlanError as exc:
+    except (PlanError, DocumentError) as exc:  # a vector file's line names the document, as every other does
         if str(exc).startswith(loaded.source):
             raise
-        raise PlanError(f"{loaded.source}: {exc}") from None
+        raise type(exc)(f"{loaded.source}: {exc}") from None

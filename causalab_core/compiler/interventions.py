@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from causalab_core.document.interventions import recipe_for
-from causalab_core.errors import DocumentError, PlanError, echo
+from causalab_core.errors import DocumentError, PlanError, clip, echo
 from causalab_core.ir import InterventionRef
 
 
@@ -47,8 +47,13 @@ def lowered(registry: Any, spec: dict, where: str, site: Any, windows: tuple, so
         ref["minus"] = recipe.minus
     if recipe.needs == "resample":
         ref["rows"] = drawn_rows(reads[source].windows, windows, recipe.seed or 0, where, row_name)
+    vector = None
     if recipe.needs == "tensor":
-        ref["tensor"], ref["tensor_digest"] = vector_file(folder, recipe.tensor, site.width, f"{where}.vector")
+        ref["tensor"], ref["tensor_digest"], vector = vector_file(folder, recipe.tensor, site.width, f"{where}.vector")
+    try:
+        cls.check_write(params, site.width, vector)
+    except ValueError as exc:
+        raise PlanError(f"{where}: {clip(str(exc))}") from None
     return InterventionRef(**ref)
 
 
@@ -67,8 +72,9 @@ def drawn_rows(source: tuple, windows: tuple, seed: int, where: str, row_name) -
     return tuple(drawn)
 
 
-def vector_file(folder: Path, name: str, width: int, where: str) -> tuple[bytes, str]:
-    """A steering vector's safetensors file, read once: its bytes and sha256 travel in the plan."""
+def vector_file(folder: Path, name: str, width: int, where: str) -> tuple[bytes, str, Any]:
+    """A steering vector's safetensors file, read once: its bytes and sha256 travel in the plan (and the
+    vector, as float32, for the kind's ``check_write``). Checked as the document's own numbers are."""
     from safetensors import SafetensorError
     from safetensors.torch import load
 
@@ -87,4 +93,8 @@ def vector_file(folder: Path, name: str, width: int, where: str) -> tuple[bytes,
     if vector.dim() != 1 or vector.shape[0] != width or not vector.is_floating_point():
         raise PlanError(f"{where}: the vector in {echo(str(path))} has shape {list(vector.shape)} "
                         f"({vector.dtype}); the site is {width} wide, so it must be [{width}] of floats")
-    return data, hashlib.sha256(data).hexdigest()
+    bad = (~vector.float().isfinite()).nonzero()
+    if len(bad):
+        raise DocumentError(f"{where}: the vector in {echo(str(path))} holds {vector[bad[0, 0]].item()} at "
+                            f"index {bad[0, 0].item()}; a document's numbers are finite")
+    return data, hashlib.sha256(data).hexdigest(), vector.float()

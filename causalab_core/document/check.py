@@ -146,8 +146,8 @@ def _check_params(cls: type, spec: Any, where: str, skip: set[str],
                   swept: dict[str, tuple[str, int]] | None = None) -> Any:
     dumped = spec if isinstance(spec, dict) else spec.model_dump()
     data = {k: v for k, v in dumped.items() if k not in skip}
-    try:
-        return cls.Params.model_validate(data)
+    try:  # strict, as JSON: "0.5" or true is not a number, 2.0 not an integer, whatever a plugin's fields say
+        return cls.Params.model_validate_json(json.dumps(data), strict=True)
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = tuple(err["loc"])

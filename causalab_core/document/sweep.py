@@ -14,9 +14,11 @@ from causalab_core.errors import PlanError, echo
 
 
 def _compact(value: Any) -> str | None:
-    """The short form of an integer, a string or an anchored position, else None."""
+    """The short form of a number, a string or an anchored position, else None."""
     if isinstance(value, (int, str)):
         return str(value)
+    if isinstance(value, float):  # Python's shortest round-trip form: 0.5, 1e-05 (a document holds no NaN)
+        return repr(value)
     if isinstance(value, dict):
         scope = value.get("scope", value)
         if isinstance(scope, dict) and scope and set(scope) <= {"variable", "segment"}:

@@ -298,6 +298,13 @@ class Intervention:
     def recipe(self, params: BaseModel) -> Recipe:
         raise NotImplementedError
 
+    @classmethod
+    def check_write(cls, params: BaseModel, width: int, vector: torch.Tensor | None) -> None:
+        """Raise ValueError if ``params`` cannot work on a site ``width`` wide, or with ``vector`` (the
+        document's tensor file, where the recipe needs one: ``[width]``, float32, finite): at compile time,
+        before weights load, as a featurizer's ``check_site``. A write that would change nothing (a zero
+        vector added) belongs here."""
+
     def apply(self, x: torch.Tensor, v: torch.Tensor | None, params: BaseModel) -> torch.Tensor:
         """Only for a recipe whose ``combine`` is ``custom``: the written value, ``[rows, window, width]``, for
         the site's value ``x`` (float32; a featurizer's features where the write goes through one) and the

@@ -93,8 +93,8 @@ def mean_of(store, read: str, write: str) -> torch.Tensor:
 
 
 def std_of(store, read: str, write: str) -> float:
-    """The standard deviation of every value the read holds (every position of every row it resolved on, every
-    dimension), in float64 on the CPU: one number, the same on every engine and device."""
+    """The sample standard deviation (divided by n - 1) of every value the read holds (every position of every
+    row it resolved on, every dimension), in float64 on the CPU: one number, the same on every engine and device."""
     spread = resolved_values(store, read, write, "standard deviation").double().cpu().std().item()
     if not spread > 0 or spread == float("inf"):
         raise EngineError(f"write {write!r}: read {read!r} has standard deviation {spread}; noise cannot be "

@@ -211,3 +211,27 @@ def test_each_noise_seed_draws_its_own_noise_and_seed_zero_draws_from_the_row():
     assert all(not torch.equal(a, b) for i, a in enumerate(draws) for b in draws[i + 1:])
     assert torch.equal(draws[0][1], torch.randn((2, 4), generator=torch.Generator().manual_seed(6)))
     assert torch.equal(noise(1, [6], (2, 4))[0], draws[1][1])  # a row's draw does not depend on its batch
+
+
+def test_resample_draws_each_row_on_its_own_with_repeats_never_itself():
+    """As Resample's docstring says: not a permutation; each row draws another row of its window's width."""
+    from causalab_core.compiler.interventions import drawn_rows
+
+    windows = ((1,),) * 40 + ((1, 2),) * 3
+    drawn = drawn_rows(windows, windows, 0, "$.writes.w", lambda i: f"row {i}")
+    assert all(j != i for i, j in enumerate(drawn))
+    assert all(len(windows[j]) == len(windows[i]) for i, j in enumerate(drawn))
+    assert len(set(drawn[:40])) < 40  # repeats: some row drawn twice, some never
+    assert drawn == drawn_rows(windows, windows, 0, "$.writes.w", lambda i: f"row {i}")
+
+
+def test_std_of_is_the_sample_standard_deviation_of_every_value_the_read_holds():
+    """documents/README.md: n - 1 in the denominator, over every position of every resolved row, every dimension."""
+    import statistics
+
+    from causalab_core.runtime.interventions import std_of
+
+    rows = [torch.tensor([[1.0, 2.0], [3.0, 5.0]]), torch.zeros(0, 2), torch.tensor([[8.0, 13.0]])]
+    values = [1.0, 2.0, 3.0, 5.0, 8.0, 13.0]
+    assert std_of({"emb": rows}, "emb", "w") == pytest.approx(statistics.stdev(values), rel=1e-12)
+    assert std_of({"emb": rows}, "emb", "w") != pytest.approx(statistics.pstdev(values), rel=1e-3)

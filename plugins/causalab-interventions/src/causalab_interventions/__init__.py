@@ -46,8 +46,9 @@ class Seeded(BaseModel):
 
 
 class Resample(Intervention):
-    """Resample ablation: the source read's value on another row, drawn from ``seed`` (a permutation of the
-    rows with no row kept in place, among rows whose windows are as wide)."""
+    """Resample ablation: the source read's value on another row, drawn from ``seed`` for each row on its own
+    (uniformly among the other rows whose windows are as wide: two rows may draw the same one, and a row may be
+    drawn by none)."""
 
     name = "resample"
     Params = Seeded
@@ -111,6 +112,11 @@ class Add(Intervention):
         if params.vector is not None:
             return Recipe("tensor", "add", alpha=params.alpha, tensor=params.vector)
         return Recipe("mean", "add", alpha=params.alpha, minus=params.minus)
+
+    @classmethod
+    def check_write(cls, params, width, vector):
+        if vector is not None and not vector.any():
+            raise ValueError(f"the vector in {params.vector} is zero: adding it changes nothing")
 
 
 @hookimpl
