@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from causalab_core.document.causal import rows_digest
 from causalab_core.compiler import compile_document
 from causalab_core.results.confirm import confirm, run_estimate
+from causalab_core.plugins import returns
 from causalab_core.plugins.contracts import HERE, Remote
 from causalab_core.document import LoadedDocument, load_document
 from causalab_core.errors import EngineError, OutputError, clip, echo, shorten
@@ -168,7 +169,9 @@ def _run(reg: Registry, path: str | Path, *, out: str | Path | None, engine: str
 
     def execute(plan: Plan) -> tuple[list[MetricResult], dict[str, Any], dict[str, bytes]]:
         """Run ``plan`` on the engine: its metrics, its run record, its output files."""
-        outputs = runner.execute(plan, featurizers=classes, remote=remote, batch_size=batch_size, progress=on_step)
+        outputs = returns.outputs(
+            runner.execute(plan, featurizers=classes, remote=remote, batch_size=batch_size, progress=on_step),
+            reg.who("engine", engine), [step.path for step in plan.steps()])
         metrics, record = score(plan, outputs, reg), record_for(runner.details)
         return metrics, record, output_files(plan, metrics, record, outputs)
 
@@ -218,7 +221,8 @@ def chunk_runner(reg: Registry, workers: int | None, address: str | None, out: P
         raise EngineError(f"--workers must be 1 or more, got {workers}")
     if out is None:
         raise OutputError(f"{flag} needs --out: the chunks the workers finish are kept beside it")
-    runner = reg.pm.hook.causalab_chunk_runner(workers=workers, address=address)
+    runner = returns.chunk_runner(reg.pm.hook.causalab_chunk_runner(workers=workers, address=address),
+                                  reg.implementers("causalab_chunk_runner"))
     if runner is None:
         raise EngineError(f"{flag} needs a chunk runner plugin, and none is installed (pip install causalab-ray)")
     return runner

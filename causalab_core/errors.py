@@ -49,6 +49,11 @@ class PluginError(CausalabError):
     exit_code = 2
 
 
+class MissingPlugin(PluginError):
+    """A name a document gives (a kind, an engine) that no loaded plugin provides, or that two provide: the
+    document's to fix, where a document names it."""
+
+
 class PlanError(CausalabError):
     """A valid document that cannot be planned (or run) against this model and data."""
 

@@ -13,7 +13,6 @@ import json
 import re
 from pathlib import Path
 
-import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 

@@ -411,7 +411,7 @@ def test_a_metric_returning_what_breaks_the_contract_is_named_before_any_file(re
 
 
 def test_a_value_for_a_row_that_is_not_eligible_breaks_the_contract():
-    from causalab_core.plugins.contracts import values_problem
+    from causalab_core.plugins.returns import values_problem
 
     assert values_problem(MetricValues([0.5, None], {"mean": 0.5}), [True, False]) is None
     assert values_problem(MetricValues([0.5, float("nan")], {}), [True, True]) is None  # NaN: undefined, allowed

@@ -5,7 +5,6 @@ and plots show points in the sweep's order, with labels a person (and pandas) ca
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 

@@ -11,7 +11,8 @@ from causalab_core.compiler.prompts import check_prompts, tokenize_inputs
 from causalab_core.compiler.shell import Shell, load_shell, resolve_source
 from causalab_core.document.sweep import points, substitute
 from causalab_core.compiler.reuse import choose as choose_position_reuse
-from causalab_core.plugins.contracts import RUNS, VIEWS, Resolved
+from causalab_core.plugins import returns
+from causalab_core.plugins.contracts import VIEWS, Resolved
 from causalab_core.document import LoadedDocument, check_document
 from causalab_core.document.load import row_name
 from causalab_core.document.schema import ReadSpec, WriteSpec
@@ -76,7 +77,9 @@ class Compiler:
             resolver = next(r for r in self.resolvers if r.accepts(spec))
             self.used_resolvers.add(resolver.name)
             rows = (prompts or self.prompts)[input_name]
-            self._positions[key] = tuple(resolver.resolve(spec, row) for row in rows)
+            who = self.registry.who("position", resolver.name)
+            self._positions[key] = tuple(returns.resolved(resolver.resolve(spec, row), who, len(row.ids))
+                                         for row in rows)
         return self._positions[key]
 
     def windows(self, resolved: tuple[Resolved, ...]) -> tuple:
@@ -124,7 +127,8 @@ class Compiler:
 
         A scoring key is an input's name (its run in the point) or ``INPUT.clean``: that input run with
         no intervention, a step of its own, there only for the metrics that need it."""
-        needs = dict(self.registry.get("metric", metric.kind)().needs(self.metric_params[name]))
+        needs = returns.needs(self.registry.get("metric", metric.kind)().needs(self.metric_params[name]),
+                              self.registry.who("metric", metric.kind))
         scored = self.metric_step_input(metric)
         writes = list(self.doc.writes.values())
         source = (self.doc.reads[writes[0].source].input if writes[0].source else None) if writes else scored
@@ -132,12 +136,6 @@ class Compiler:
             raise PlanError(f"$.metrics.{name}: metric kind {metric.kind!r} reads the counterfactual run, and the "
                             "writes take their values from no read")
         keys = {"intervened": scored, "base": f"{scored}.clean", "counterfactual": source}
-        for role, views in needs.items():
-            bad = [v for v in views if v not in VIEWS]
-            if role not in RUNS or bad:
-                raise PlanError(f"$.metrics.{name}: metric kind {metric.kind!r} needs "
-                                f"{'run ' + echo(role) if role not in RUNS else 'view ' + echo(bad[0])}, which no "
-                                f"engine brings (runs: {', '.join(RUNS)}; views: {', '.join(VIEWS)})")
         needs.setdefault("intervened", ("answers",))
         return {role: (keys[role], tuple(views)) for role, views in needs.items()}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from causalab_core.errors import PlanError
+from causalab_core.plugins import returns
 from causalab_core.ir import Point
 
 
@@ -18,7 +19,7 @@ def check_estimable(doc: Any, registry: Any, metric_params: dict[str, Any]) -> N
     works = ", ".join(differentiable_kinds(registry))
     for name, metric in doc.metrics.items():
         cls = registry.get("metric", metric.kind)
-        needs = cls().needs(metric_params[name])
+        needs = returns.needs(cls().needs(metric_params[name]), registry.who("metric", metric.kind))
         if not cls.differentiable:
             raise PlanError(f"$.metrics.{name}: metric kind {metric.kind!r} has no gradient, so "
                             f"$.estimate cannot estimate it (metrics that work: {works})")
@@ -52,7 +53,9 @@ def combinations(step, doc: Any, registry: Any, metric_params: dict[str, Any]) -
     for name, metric in doc.metrics.items():
         if (metric.input or default) != step.input:
             continue
-        linear = registry.get("metric", metric.kind)().linear(metric_params[name])
+        instance, who = registry.get("metric", metric.kind)(), registry.who("metric", metric.kind)
+        params = metric_params[name]
+        linear = returns.linear(instance.linear(params), who, tuple(instance.columns(params)))
         if linear is None:
             return None
         row = tuple(float(linear.get(key, 0.0)) for key in step.scoring.scores)

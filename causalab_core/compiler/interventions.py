@@ -22,7 +22,7 @@ def lowered(registry: Any, spec: dict, where: str, site: Any, windows: tuple, so
     by name, ``row_name(i)`` names row i."""
     cls = registry.get("intervention", spec["kind"], f"{where}.kind")
     params = cls.Params.model_validate({k: v for k, v in spec.items() if k != "kind"})
-    recipe = recipe_for(cls, params, where)
+    recipe = recipe_for(cls, params, where, registry.who("intervention", spec["kind"]))
     ref = dict(kind=spec["kind"], params=params.model_dump(mode="json"), needs=recipe.needs,
                combine=recipe.combine, alpha=float(recipe.alpha), seed=recipe.seed)
     if recipe.std_of is not None:

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from causalab_core.document.load import json_path
 from causalab_core.document.interventions import check_interventions
 from causalab_core.document.schema import ROLES, SWEEPABLE, Document, SweepRef, is_sweep_ref
-from causalab_core.errors import DocumentError, PluginError, clip, echo, shorten
+from causalab_core.errors import DocumentError, MissingPlugin, PluginError, clip, echo, shorten
 from causalab_core.plugins.registry import Registry
 
 
@@ -225,7 +225,7 @@ def check_plugins(document: Document, registry: Registry) -> dict[str, Any]:
                         check_position(value, resolvers, registry, f"$.sweep.{axis}[{i}] (used by {where})")
                 else:
                     check_position(spec.position, resolvers, registry, where)
-    except PluginError as exc:
+    except MissingPlugin as exc:  # the document names what is not installed; a plugin's own mistake stays its own
         raise DocumentError(str(exc)) from None
     return metric_params
 

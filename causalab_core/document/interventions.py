@@ -4,25 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from causalab_core.plugins.contracts import COMBINES, NEEDS, Intervention, Recipe
+from causalab_core.plugins import returns
+from causalab_core.plugins.contracts import Intervention, Recipe
 from causalab_core.errors import DocumentError, PluginError, clip, echo
 
 # What each need reads from the write's `source`.
 WITH_SOURCE = frozenset({"source", "resample", "mean"})
 
 
-def recipe_for(cls: type, params: Any, where: str) -> Recipe:
+def recipe_for(cls: type, params: Any, where: str, who: str) -> Recipe:
     """The kind's recipe for validated ``params``: a contradiction between parameters is one DocumentError at
-    the write's ``intervention``; a recipe outside the contract names the plugin's kind."""
+    the write's ``intervention``; a recipe outside the contract is the plugin's (``who``: its kind and
+    distribution)."""
     try:
-        recipe = cls().recipe(params)
+        recipe = returns.recipe(cls().recipe(params), who)
     except ValueError as exc:
         raise DocumentError(f"{where}: {clip(str(exc))}") from None
-    if not isinstance(recipe, Recipe) or recipe.needs not in NEEDS or recipe.combine not in COMBINES:
-        raise PluginError(f"intervention {cls.name!r}: recipe must be a contracts.Recipe with needs in {NEEDS} and "
-                          f"combine in {COMBINES}, got {echo(recipe)}")
     if recipe.combine == "custom" and cls.apply is Intervention.apply:
-        raise PluginError(f"intervention {cls.name!r}: its recipe combines `custom`, and the class has no `apply`")
+        raise PluginError(f"{who}: its recipe combines `custom`, and the class has no `apply`")
     return recipe
 
 
@@ -58,4 +57,5 @@ def check_interventions(document: Any, registry: Any, variants, check_params) ->
         cls = registry.get("intervention", write.intervention.kind, f"{where}.kind")
         for values, swept in variants(document, write.intervention):
             params = check_params(cls, values, where, {"kind"}, swept)
-            check_source(document, name, write, recipe_for(cls, params, where), write.intervention.kind)
+            recipe = recipe_for(cls, params, where, registry.who("intervention", write.intervention.kind))
+            check_source(document, name, write, recipe, write.intervention.kind)

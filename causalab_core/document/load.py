@@ -292,13 +292,13 @@ def load_rows(data: DataSpec, folder: Path, source: str = "", where: str = "$.da
 def generated_rows(spec: Any, where: str, registry: Any = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """A causal model's rows, and what names them: the model, its provider, and the rows' sha256."""
     from causalab_core.document.causal import generate, rows_digest
-    from causalab_core.errors import PluginError
+    from causalab_core.errors import MissingPlugin
     from causalab_core.plugins.registry import registry as default_registry
 
     registry = registry or default_registry()
     try:
         cls = registry.get("causal_model", spec.kind, f"{where}.kind")
-    except PluginError as exc:
+    except MissingPlugin as exc:
         raise DocumentError(str(exc)) from None
     try:
         params = cls.Params.model_validate(spec.model_extra or {})

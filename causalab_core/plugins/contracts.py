@@ -8,14 +8,13 @@ checks a component against its contract.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from causalab_core.errors import EngineError, echo
+from causalab_core.errors import EngineError
 
 if TYPE_CHECKING:
     import torch
@@ -388,32 +387,6 @@ class Metric:
 
     def compute(self, params: BaseModel, inputs: MetricInputs) -> MetricValues:
         raise NotImplementedError
-
-
-def values_problem(values: Any, eligible: Sequence[bool]) -> str | None:
-    """What breaks the contract in a metric's ``compute`` result for these rows, or None: a ``MetricValues``
-    with one float (or None) per row, None where a row is not eligible, and a summary of plain numbers, each
-    finite or NaN (or None)."""
-
-    def number(v: Any) -> bool:
-        return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-    rows, summary = getattr(values, "rows", None), getattr(values, "summary", None)
-    if not isinstance(rows, (list, tuple)) or not isinstance(summary, dict):
-        return f"compute returned {echo(values)}, not a MetricValues(rows, summary)"
-    if len(rows) != len(eligible):
-        return f"compute returned {len(rows)} row values for {len(eligible)} rows"
-    for i, (v, ok) in enumerate(zip(rows, eligible)):
-        if v is not None and not number(v):
-            return f"compute returned {echo(v)} for row {i}, not a float or None"
-        if v is not None and not ok:
-            return f"compute returned {v!r} for row {i}, which is not eligible (its value must be None)"
-    for k, v in summary.items():
-        if not isinstance(k, str) or not (v is None or number(v)):
-            return f"compute returned the summary entry {echo(k)}: {echo(v)}, not a name and a number or None"
-        if isinstance(v, float) and math.isinf(v):
-            return f"compute returned the summary entry {echo(k)}: {v!r}, not a finite number or NaN"
-    return None
 
 
 def mean_over_eligible(values: Sequence[float], eligible: Sequence[bool]) -> MetricValues:

@@ -128,9 +128,12 @@ def run_record(
     loaded = {f.name: f.state_digest for f in plan.featurizers() if f.state_digest}
     if loaded:
         record["loaded_featurizers"] = loaded
+    from causalab_core.plugins import returns
+
+    who = registry.implementers("causalab_provenance")
     for extra in registry.pm.hook.causalab_provenance(engine=engine, remote=remote, plan=plan,
                                                       details=details or {}):
-        if extra:
+        if returns.provenance(extra, who):
             record.update(extra)
     return record
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pluggy
 
-from causalab_core.errors import CausalabError, PluginError, clip
+from causalab_core.errors import CausalabError, MissingPlugin, PluginError, clip
 from causalab_core.plugins.hookspecs import PROJECT
 from causalab_core.plugins.digests import distribution_digest
 
@@ -97,9 +97,9 @@ class Registry:
         at = f" at {where}" if where else ""
         if (kind, name) in self.clashes:
             both = " and by ".join(self.clashes[kind, name])
-            raise PluginError(f"{kind} name {name!r}{at} is provided twice: by {both}; uninstall one of them")
+            raise MissingPlugin(f"{kind} name {name!r}{at} is provided twice: by {both}; uninstall one of them")
         known = ", ".join(self.names(kind)) or "none"
-        raise PluginError(f"unknown {kind} {name!r}{at}{self.failed_note()}; installed: {known}")
+        raise MissingPlugin(f"unknown {kind} {name!r}{at}{self.failed_note()}; installed: {known}")
 
     def failed_note(self) -> str:
         """What to add to a missing component's line where a plugin failed to load: it may have provided it."""
@@ -108,12 +108,26 @@ class Registry:
     def provider(self, kind: str, name: str) -> PluginInfo:
         return self._components[kind][name][1]
 
+    def who(self, kind: str, name: str) -> str:
+        """A component as a plugin's error names it: ``metric 'brier' of causalab-example``."""
+        return f"{kind} {name!r} of {self.provider(kind, name).distribution}"
+
+    def implementers(self, hook: str) -> str:
+        """The plugins that implement ``hook``, as an error names them (the one that answered is among them)."""
+        owners = {p.module: p for p in self.plugins}
+        names = [f"plugin {owners[i.plugin].name!r} of {owners[i.plugin].distribution}" if i.plugin in owners
+                 else f"plugin {i.plugin_name!r}" for i in getattr(self.pm.hook, hook).get_hookimpls()]
+        return names[0] if len(names) == 1 else "one of " + ", ".join(names)
+
     def components(self, kind: str) -> dict[str, type]:
         return {name: cls for name, (cls, _) in sorted(self._components[kind].items())}
 
     def model_source(self, key: str, revision: str | None) -> Any:
+        from causalab_core.plugins import returns
+
         with self.boundary():
-            return self.pm.hook.causalab_model_source(key=key, revision=revision)
+            found = self.pm.hook.causalab_model_source(key=key, revision=revision)
+        return returns.model_source(found, self.implementers("causalab_model_source"), key)
 
     @contextmanager
     def boundary(self) -> Iterator[None]:

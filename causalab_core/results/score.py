@@ -7,7 +7,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from causalab_core.plugins.contracts import MetricInputs, values_problem
+from causalab_core.plugins.contracts import MetricInputs
+from causalab_core.plugins.returns import values_problem
 from causalab_core.results.intervals import METHOD, with_interval
 from causalab_core.errors import EngineError, PluginError
 from causalab_core.ir import Fit, Plan, Point, PositionRecord

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from causalab_core.errors import EngineError
+from causalab_core.errors import EngineError, PluginError
 from causalab_core.runtime.windows import scatter, window_index
 
 # Seeds noise per row from the document's seed and the row's index, never torch's global state: row r of seed s
@@ -146,11 +146,26 @@ def intervened(featurizer, how: Combination, base: torch.Tensor, value: torch.Te
 def applied(custom, x: torch.Tensor, v: torch.Tensor | None, iv) -> torch.Tensor:
     """A third party's ``apply``, held to its contract: a tensor of ``x``'s shape."""
     out = custom.apply(x, v, type(custom).Params.model_validate(iv.params))
-    if not isinstance(out, torch.Tensor) or out.shape != x.shape:
-        shape = list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        raise EngineError(f"intervention {iv.kind!r}: apply returned {shape}, not a tensor of the site's shape "
-                          f"{list(x.shape)}")
+    if not isinstance(out, torch.Tensor) or out.shape != x.shape or not out.is_floating_point():
+        shape = f"{list(out.shape)} {out.dtype}" if isinstance(out, torch.Tensor) else type(out).__name__
+        raise PluginError(f"intervention {iv.kind!r} of {distribution_of(type(custom))}: apply returned {shape}, "
+                          f"not a float tensor of the site's shape {list(x.shape)}")
     return out.float()
+
+
+def distribution_of(cls: type) -> str:
+    """The distribution a plugin's class comes from (where this process has it installed), else its package:
+    standard library only, as this runs on a server too."""
+    import importlib.metadata
+
+    package = cls.__module__.partition(".")[0]
+    found = importlib.metadata.packages_distributions().get(package)
+    if found:
+        return found[0]
+    try:  # an editable install maps no package: a distribution named like it (causalab_x -> causalab-x)
+        return importlib.metadata.distribution(package).metadata["Name"]
+    except importlib.metadata.PackageNotFoundError:
+        return package
 
 
 def combined(how: str, alpha: float, x: torch.Tensor, v: torch.Tensor | None) -> torch.Tensor:
