@@ -54,3 +54,29 @@ def test_a_bad_label_order_is_one_line(write_doc, tiny_llama):
     assert '$.sweep.labels[1] (used by $.featurizers.das.train.labels): expected "as_given" or "shuffled"' \
         in result.stderr, result.stderr
     assert json.dumps("reversed") in result.stderr or "'reversed'" in result.stderr
+
+
+def _refused(write_doc, doc, rows) -> str:
+    result = CliRunner().invoke(app, ["plan", str(write_doc(doc, rows))])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.count("\n") == 1
+    return result.stderr
+
+
+def test_a_shuffle_that_changes_no_label_is_refused_not_run(write_doc, tiny_llama):
+    """A control that cannot differ from what it controls: one training row, or rows of a single label."""
+    one = _refused(write_doc, das_document(tiny_llama, "shuffled"), weekday_rows(1))
+    assert ('$.featurizers.das.train.labels: "shuffled" leaves every label as given (1 training row), so the '
+            "control would train exactly as the unshuffled run") in one
+    rows = [r for r in weekday_rows(80, seed=1) if r["cf_answer"] == weekday_rows(80, seed=1)[0]["cf_answer"]]
+    assert len(rows) > 1
+    same = _refused(write_doc, das_document(tiny_llama, "shuffled"), rows)
+    assert f"(all {len(rows)} training rows have one label)" in same
+
+
+def test_a_subspace_as_wide_as_the_site_is_refused(write_doc, tiny_llama):
+    """Rank = width: every rotation swaps the whole site, trained, random or on shuffled labels alike."""
+    doc = das_document(tiny_llama, "shuffled")
+    doc["featurizers"]["das"]["rank"] = 32
+    line = _refused(write_doc, doc, weekday_rows(8))
+    assert "$.featurizers.das: `rank` 32 is the whole site (width 32): every rotation swaps all of it" in line

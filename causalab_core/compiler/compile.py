@@ -269,7 +269,7 @@ class Compiler:
             target_input=write.input,
             prompts={name: tuple(r.ids for r in prompts[name]) for name in (read_spec.input, write.input)},
             labels=trained_labels(answer_token(self.shell.tokenizer, rows, train["label"], f"{where}.label"),
-                                  train.get("labels", "as_given"), train["seed"]),
+                                  train.get("labels", "as_given"), train["seed"], where),
             data_digest=dataset.removeprefix("train:"),
             epochs=train["epochs"], batch_size=train["batch_size"], lr=train["lr"], seed=train["seed"],
             identity={**identity(self.ref, site, write.position, featurizer),

@@ -81,11 +81,19 @@ def with_loaded_state(featurizer: Any, model: Any, site: Any, position: Any, whe
     return dataclasses.replace(featurizer, params=params, state=data, state_digest=hashlib.sha256(data).hexdigest())
 
 
-def trained_labels(labels: tuple[int, ...], order: str, seed: int) -> tuple[int, ...]:
+def trained_labels(labels: tuple[int, ...], order: str, seed: int, where: str) -> tuple[int, ...]:
     """The training labels, or (``shuffled``, the control) the same labels permuted among the rows from
-    ``seed``: what is left to learn is what any subspace of that rank could fit."""
+    ``seed``: what is left to learn is what any subspace of that rank could fit. A shuffle that leaves every
+    row's label as given (one row, one label, or a seed whose permutation keeps each label in place) is
+    refused: the control would train exactly as the run it controls, and its file would still say shuffled."""
     if order != "shuffled":
         return labels
     permuted = list(labels)
     random.Random(f"shuffled-labels-{seed}").shuffle(permuted)
+    if tuple(permuted) == labels:
+        why = (f"{len(labels)} training row" if len(labels) == 1 else
+               f"all {len(labels)} training rows have one label" if len(set(labels)) == 1 else
+               f"seed {seed} permutes the {len(labels)} rows' labels onto themselves")
+        raise PlanError(f"{where}.labels: \"shuffled\" leaves every label as given ({why}), so the control "
+                        "would train exactly as the unshuffled run; give rows with other labels, or another seed")
     return tuple(permuted)

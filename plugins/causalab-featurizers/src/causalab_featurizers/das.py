@@ -51,6 +51,9 @@ class DAS(torch.nn.Module, Featurizer):
     def check_site(cls, params: DASParams, width: int) -> None:
         if params.rank > width:
             raise ValueError(f"`rank` {params.rank} exceeds the site width {width}")
+        if params.rank == width:  # the whole site: a control (a seed, shuffled labels) could not differ either
+            raise ValueError(f"`rank` {width} is the whole site (width {width}): every rotation swaps all of it, "
+                             f"as a plain swap does, so nothing is learned; use a rank below {width}")
 
     def __init__(self, params: DASParams, width: int):
         torch.nn.Module.__init__(self)
