@@ -104,7 +104,14 @@ def test_the_weekdays_test_split_is_what_the_toy_model_never_trained_on():
     ({"labels": [["count", "colour"]]}, "$.data.causal_model.labels[0]: 'colour' is not a variable"),
     ({"labels": [["day", "day"]]}, "$.data.causal_model.labels[0]: a set names each variable once"),
     ({"distinct_labels": ["count+day"]}, "$.data.causal_model.distinct_labels: 'count+day' is not a variable"),
-    ({"rows": 5000, "split": "test", "intervene": ["count"]}, "$.data.causal_model.rows: causal model 'weekdays' gave only"),
+    ({"rows": 5000, "split": "test", "intervene": ["count"], "distinct_labels": []},
+     "$.data.causal_model.rows: causal model 'weekdays' gave only"),
+    # the filter, not the model, left nothing: the line says so (the day's label is the base answer when only the
+    # count changes)
+    ({"rows": "all", "intervene": ["count"], "distinct_labels": ["day"]},
+     "$.data.causal_model.distinct_labels: keeps none of the "),
+    ({"rows": 20, "intervene": ["count"], "distinct_labels": ["day"]},
+     "$.data.causal_model.distinct_labels: keeps none of the "),
 ])
 def test_a_bad_causal_model_spec_is_one_line(change, message, write_doc):
     document = json.loads(open(api.__file__.replace("causalab_core/api.py", "documents/real/weekdays_layer_sweep.json")).read())

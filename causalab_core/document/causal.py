@@ -97,12 +97,17 @@ def generate(model: Any, spec: Any, where: str) -> list[dict[str, Any]]:
     if spec.rows == "all":
         return population(model, spec, joint, where)
     rng = random.Random(f"{model.name}-{spec.split}-{spec.seed}")
-    rows, seen, tries = [], set(), 0
+    rows, seen, tries, dropped = [], set(), 0, 0
     while len(rows) < spec.rows:
         tries += 1
         if tries > 200 * spec.rows + 10_000:
+            if dropped and not rows:
+                raise DocumentError(f"{where}.distinct_labels: keeps none of the {dropped} distinct pairs of split "
+                                    f"{spec.split!r} changing {spec.intervene} drawn: on each, the base answer and "
+                                    f"the labels of {spec.distinct_labels} are not all different")
+            filtered = f" (distinct_labels dropped {dropped} of the {dropped + len(rows)} pairs drawn)" if dropped else ""
             raise DocumentError(f"{where}.rows: causal model {model.name!r} gave only {len(rows)} distinct rows "
-                                f"of split {spec.split!r} changing {spec.intervene}; ask for fewer")
+                                f"of split {spec.split!r} changing {spec.intervene}{filtered}; ask for fewer")
         base = {v: model.sample(rng, v) for v in model.inputs}
         source = {**base, **{v: model.sample(rng, v) for v in spec.intervene}}
         if any(source[v] == base[v] for v in spec.intervene):
@@ -116,6 +121,8 @@ def generate(model: Any, spec: Any, where: str) -> list[dict[str, Any]]:
         made = row(model, base, source, joint)
         if separates(made, spec):
             rows.append(made)
+        else:
+            dropped += 1
     return rows
 
 
@@ -135,18 +142,23 @@ def population(model: Any, spec: Any, joint: tuple, where: str) -> list[dict[str
                             "ask for a sample (a number of rows)")
     settings = [dict(zip(model.inputs, values)) for values in itertools.product(*domains.values())]
     settings = [s for s in settings if model.split(s) == spec.split]
-    rows = []
+    rows, pairs = [], 0
     for base in settings:
         for changed in itertools.product(*(domains[v] for v in spec.intervene)):
             source = {**base, **dict(zip(spec.intervene, changed))}
             if any(source[v] == base[v] for v in spec.intervene) or model.split(source) != spec.split:
                 continue
+            pairs += 1
             made = row(model, base, source, joint)
             if separates(made, spec):
                 rows.append(made)
                 if len(rows) > spec.cap:
                     raise DocumentError(f"{where}.cap: the population of split {spec.split!r} has more than "
                                         f"{spec.cap} rows; raise `cap` or ask for a sample (a number of rows)")
+    if not rows and pairs:  # the pairs were there: the filter took them all
+        raise DocumentError(f"{where}.distinct_labels: keeps none of the {pairs} pairs of split {spec.split!r} "
+                            f"changing {spec.intervene}: on each, the base answer and the labels of "
+                            f"{spec.distinct_labels} are not all different")
     if not rows:
         raise DocumentError(f"{where}.rows: causal model {model.name!r} has no pair of split {spec.split!r} "
                             f"changing {spec.intervene}")
