@@ -123,6 +123,60 @@ def test_no_cluster_at_the_address_is_one_line_before_any_work(tmp_path):
     assert not out.exists() and not store_path(out).exists()
 
 
+@pytest.fixture
+def listener():
+    """Something other than Ray on a loopback port: ``answer`` (bytes) sent back to what connects, or silence."""
+    import socket
+    import threading
+
+    def serve(answer):
+        server = socket.create_server(("127.0.0.1", 0))
+
+        def loop():
+            while True:
+                try:
+                    conn, _ = server.accept()
+                except OSError:
+                    return
+                conn.recv(64)
+                if answer:
+                    conn.sendall(answer)
+                threading.Timer(30, conn.close).start()
+
+        threading.Thread(target=loop, daemon=True).start()
+        servers.append(server)
+        return f"127.0.0.1:{server.getsockname()[1]}"
+
+    servers: list = []
+    yield serve
+    for server in servers:
+        server.close()
+
+
+@pytest.mark.parametrize("answer,said", [
+    (b"HTTP/1.1 400 Bad Request\r\n\r\n", "it answered b'HTTP/1.1 '"),
+    (None, "nothing came back within 5 s"),
+], ids=["http", "silent"])
+def test_something_else_at_the_address_is_one_line_within_seconds(listener, answer, said, tmp_path):
+    address, out = listener(answer), tmp_path / "o"
+    started = time.monotonic()
+    done = cli(str(SMALL), "--out", str(out), "--ray-address", address)
+    assert done.returncode != 0 and time.monotonic() - started < 60
+    assert done.stderr.splitlines() == [f"EngineError: --ray-address '{address}': what listens there is not a Ray "
+                                        f"cluster ({said}); give the address `ray start --head` printed"]
+    assert done.stdout == "" and not out.exists() and not store_path(out).exists()
+
+
+def test_an_impossible_count_of_workers_is_one_line_naming_the_option(tmp_path):
+    out = tmp_path / "o"
+    done = cli(str(SMALL), "--out", str(out), "--workers", "1000000000")
+    cpus = os.cpu_count()
+    assert done.returncode != 0 and done.stdout == ""
+    assert done.stderr.splitlines() == [f"EngineError: --workers 1000000000: the cluster has {cpus} CPUs, so at most "
+                                        f"{4 * cpus} workers (4 a CPU)"]
+    assert not out.exists() and not store_path(out).exists()
+
+
 def test_a_client_of_another_ray_version_is_one_line(ray_cluster, tmp_path):
     out = tmp_path / "o"
     pretend = ("import sys, ray; ray.__version__ = '2.59.0'; from causalab_core.cli import app; "

@@ -102,9 +102,12 @@ def connect(address: str | None) -> Cluster:
     host, sep, port = address.rpartition(":")
     if sep and port.isdigit() and "//" not in host:  # HOST:PORT: is anything there? (Ray would retry for a minute)
         try:
-            socket.create_connection((host, int(port)), timeout=5).close()
+            answer = _grpc_answer(host, int(port))
         except OSError as exc:
             raise EngineError(f"{where}: no Ray cluster answers there ({exc.strerror or exc})") from None
+        if answer is not None:  # Ray would wait minutes on it, printing its own logs
+            raise EngineError(f"{where}: what listens there is not a Ray cluster ({answer}); give the address "
+                              "`ray start --head` printed")
     _token_auth()
     try:
         # A cluster on loopback is this machine's: this client is a node of it as 127.0.0.1 (else Ray would wait
@@ -114,6 +117,28 @@ def connect(address: str | None) -> Cluster:
     except Exception as exc:  # noqa: BLE001
         raise EngineError(f"{where}: {_said(exc)}") from exc
     return Cluster(address, owned=True)
+
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+"""What an HTTP/2 client sends first (the preface, then an empty SETTINGS frame): a Ray cluster's address is
+its GCS, a gRPC server, which answers with a SETTINGS frame of its own."""
+
+
+def _grpc_answer(host: str, port: int, timeout: float = 5.0) -> str | None:
+    """None where a gRPC server answers at ``host:port``; else, in words, what did (an OSError where nothing
+    listens). Seconds at most, where Ray's own client would retry for minutes."""
+    with socket.create_connection((host, port), timeout=timeout) as conn:
+        conn.settimeout(timeout)
+        try:
+            conn.sendall(PREFACE)
+            first = conn.recv(9)
+        except TimeoutError:
+            return f"nothing came back within {timeout:g} s"
+        except OSError as exc:
+            return f"the connection failed: {exc.strerror or exc}"
+    if len(first) >= 4 and first[3] == 4:  # an HTTP/2 frame of type SETTINGS
+        return None
+    return f"it answered {first[:16]!r}" if first else "it closed the connection"
 
 
 @contextlib.contextmanager

@@ -10,6 +10,7 @@ was running: that chunk runs again on a worker still alive, with one warning lin
 from __future__ import annotations
 
 import math
+import os
 import sys
 from collections import deque
 from collections.abc import Iterator
@@ -20,6 +21,8 @@ from causalab_core.results.resume import CHUNKS, MIN_CHUNK
 
 START_S = 120
 """How long the workers may take to start and answer (an import of torch each; longer on a loaded machine)."""
+PER_CPU = 4
+"""Workers a CPU at most (`--workers`)."""
 
 
 def span(chunk: list[int]) -> str:
@@ -52,6 +55,8 @@ class RayChunks:
                               "sends its work to a server")
         from causalab_ray import cluster
 
+        if self.address is None and self.asked is not None:  # before a cluster starts: a bad count is one line
+            self._check_count(float(os.cpu_count() or 1))
         self.cluster = cluster.connect(self.address)
         import ray
 
@@ -59,6 +64,7 @@ class RayChunks:
 
         resources = ray.cluster_resources()
         cpus, gpus = resources.get("CPU", 1.0), resources.get("GPU", 0.0)
+        self._check_count(cpus)
         n = self.asked or max(1, int(gpus) or int(cpus))
         # An equal share of the CPUs each (a fraction where there are more workers than CPUs), and a GPU each
         # where there are enough (else an equal share of them).
@@ -74,6 +80,13 @@ class RayChunks:
         self._preflight(registry, plan, engine)
         shared = ray.put(plan)  # the plan travels once, as data; each chunk as its point indices
         self._wait([a.setup.remote(shared) for a in self.actors], "take the plan")
+
+    def _check_count(self, cpus: float) -> None:
+        """At most ``PER_CPU`` workers a CPU: each is a process with its own copy of the model, and more only wait
+        on each other (Ray would refuse far more with an error about ``num_cpus``, or start them for minutes)."""
+        if self.asked is not None and self.asked > PER_CPU * cpus:
+            raise EngineError(f"{self._where()}: the cluster has {cpus:g} CPUs, so at most {int(PER_CPU * cpus)} "
+                              f"workers ({PER_CPU} a CPU)")
 
     def _wait(self, refs: list[Any], what: str) -> list[Any]:
         import ray
