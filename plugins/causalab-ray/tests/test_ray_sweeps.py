@@ -83,11 +83,74 @@ def test_a_worker_killed_mid_chunk_costs_only_its_chunk(ray_cluster, one_process
     assert run.returncode == 0, stderr
     warnings = [line for line in stderr.splitlines() if "points done" not in line]
     assert len(warnings) == 1 and f"(pid {victim} on 127.0.0.1) died running points" in warnings[0], stderr
+    assert "they run again on another of the 1 left" in warnings[0]
+    only_files(stdout, out)
     ray = same_run(out, one_process)
     died = [c for c in ray["chunks"] if c.get("died")]
     assert len(died) == 1 and ray["workers"][died[0]["worker"]]["pid"] == victim
     rerun = [c for c in ray["chunks"] if c["points"] == died[0]["points"] and not c.get("died")]
     assert len(rerun) == 1 and rerun[0]["worker"] != died[0]["worker"]  # on the worker still alive
+
+
+def only_files(stdout: str, out: Path) -> None:
+    """What causalab promises on stdout: the files it wrote, one a line; nothing of Ray's (no colour codes)."""
+    assert "\x1b" not in stdout and "raylet" not in stdout.lower()
+    lines = stdout.splitlines()
+    assert lines and all(Path(line).is_file() and Path(line).is_relative_to(out) for line in lines), stdout
+
+
+def ray_workers_running(count: int, deadline_s: float = 180) -> list[int]:
+    deadline, found = time.monotonic() + deadline_s, []
+    while len(found) < count and time.monotonic() < deadline:
+        found = [pid for pid in descendants(os.getpid()) if cmdline(pid).startswith("ray::ChunkWorker.run")]
+        time.sleep(0.05)
+    return found
+
+
+def test_every_worker_killed_is_one_line_and_no_promise(ray_cluster, tmp_path):
+    """Both workers killed together: one line saying every worker died, not first a line that the points run
+    again on another worker; stdout holds nothing of Ray's."""
+    out = tmp_path / "all"
+    run = subprocess.Popen([CAUSALAB, "run", str(SWEEP), "--out", str(out), "--ray-address", ray_cluster.address,
+                            "--workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    victims = ray_workers_running(2)
+    assert len(victims) == 2, run.communicate()
+    for pid in victims:
+        os.kill(pid, signal.SIGKILL)
+    stdout, stderr = run.communicate(timeout=300)
+    assert run.returncode == 1 and stdout == ""
+    lines = [line for line in stderr.splitlines() if "points done" not in line]
+    assert len(lines) == 1 and "every Ray worker died" in lines[0] and "stay for --resume" in lines[0], stderr
+    assert not out.exists()
+
+
+def test_a_killed_client_leaves_no_process_and_no_folder(tmp_path):
+    """The client SIGKILLed while its own local cluster runs a chunk: within seconds no process the cluster
+    started is left (Ray's agents would live on for a minute or more), and its session folder is gone."""
+    import tempfile
+
+    from causalab_ray import reaper
+
+    before = set(Path(tempfile.gettempdir()).glob(f"{reaper.PREFIX}*"))
+    run = subprocess.Popen([CAUSALAB, "run", str(SWEEP), "--out", str(tmp_path / "o"), "--workers", "1"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    folder, deadline = None, time.monotonic() + 180
+    while folder is None and time.monotonic() < deadline and run.poll() is None:
+        made = set(Path(tempfile.gettempdir()).glob(f"{reaper.PREFIX}*")) - before
+        folder = next((f for f in made if (f / reaper.OWNER).is_file()), None)
+        time.sleep(0.05)
+    assert folder is not None
+    while time.monotonic() < deadline and not any(cmdline(p).startswith("ray::ChunkWorker")
+                                                  for p in reaper.marked(str(folder))):
+        time.sleep(0.05)
+    started = reaper.marked(str(folder))
+    assert len(started) >= 4  # gcs, raylet, agents, the worker...
+    run.kill()
+    run.wait()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and (reaper.marked(str(folder)) or folder.exists()):
+        time.sleep(0.1)
+    assert reaper.marked(str(folder)) == [] and not folder.exists()
 
 
 def test_a_killed_client_resumes_without_the_cluster(ray_cluster, one_process, tmp_path):
@@ -257,11 +320,12 @@ def cmdline(pid: int) -> str:
 
 
 @pytest.mark.parametrize("points,workers,chunks", [
-    (80, 2, [20] * 4), (24, 2, [12] * 2), (1000, 8, [63] * 15 + [55]), (40, 1, [20] * 2), (33, 3, [11] * 3),
+    (80, 2, [20] * 4), (24, 2, [12] * 2), (1000, 8, [63] * 15 + [55]), (40, 1, [16, 16, 8]), (33, 3, [11] * 3),
     (200, 2, [20] * 10), (1, 2, [1]),
 ])
 def test_chunks_come_in_rounds_of_one_per_worker(points, workers, chunks):
-    """The README's rule: a multiple of N chunks (at least ten, or fewer of at least 16 points each)."""
+    """The README's rule: a multiple of N chunks (at least ten, or fewer of at least 16 points each); one worker
+    cuts as one process does."""
     from causalab_ray.runner import RayChunks
 
     runner = RayChunks(workers, None)

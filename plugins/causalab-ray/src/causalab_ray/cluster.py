@@ -4,8 +4,9 @@ Every way this fails is one ``EngineError`` line, before any point runs: a
 cluster that cannot start, an address where nothing answers, a cluster whose Ray
 or Python version this client cannot talk to. Ray is told to keep to loopback
 (``_node_ip_address``), to send no usage report (``RAY_USAGE_STATS_ENABLED=0``)
-and to start no dashboard; a cluster started here keeps its session files in its
-own temporary folder, removed when the run ends.
+and to serve no dashboard UI (its API server and node agents still start, on
+127.0.0.1); a cluster started here keeps its session files in its own temporary
+folder, and ends with the run, a killed client's too (``causalab_ray.reaper``).
 """
 
 from __future__ import annotations
@@ -16,11 +17,16 @@ import os
 import re
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from causalab_core.errors import EngineError, clip, echo
+
+from causalab_ray import reaper
 
 LOOPBACK = "127.0.0.1"
 SINGLE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
@@ -33,6 +39,8 @@ class Cluster:
     address: str
     owned: bool
     temp_dir: str | None = None
+    reaper: subprocess.Popen | None = None
+    """Ends what the cluster started if this process dies without ``close`` (``causalab_ray.reaper``)."""
 
     def close(self) -> None:
         import ray
@@ -41,10 +49,19 @@ class Cluster:
             ray.shutdown()
         if self.temp_dir:
             shutil.rmtree(self.temp_dir, ignore_errors=True)
+        if self.reaper is not None:
+            self.reaper.kill()
+            self.reaper.wait()
 
 
 def _quiet() -> None:
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # Ray would otherwise report usage to an outside address
+    import ray._private.worker
+
+    # Ray's driver prints what its cluster publishes (a worker died, a raylet is gone) to stdout, in colour and
+    # over many lines, whatever stdout is: the runner says each such event once, on stderr, and stdout keeps
+    # to what causalab promises there (the files written).
+    ray._private.worker.print_to_stdstream = lambda data, ignore_prefix: None
 
 
 def _token_auth() -> None:
@@ -71,22 +88,32 @@ def start_local(cpus: int | None = None, temp_dir: str | None = None) -> Cluster
     _quiet()
     import ray
 
+    for old in reaper.leftovers():  # a killed client's cluster, if its reaper could not end it
+        reaper.end(str(old))
     made = temp_dir is None
     try:
-        temp_dir = temp_dir or tempfile.mkdtemp(prefix="causalab-ray-")
+        temp_dir = temp_dir or tempfile.mkdtemp(prefix=reaper.PREFIX)
+        (Path(temp_dir) / reaper.OWNER).write_text(str(os.getpid()))
     except OSError as exc:
         raise EngineError(f"--workers: cannot make a folder for a local Ray cluster's session: "
                           f"{exc.strerror or exc}") from None
+    reaping = subprocess.Popen([sys.executable, reaper.__file__, str(os.getpid()), temp_dir], start_new_session=True,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.environ[reaper.MARK] = temp_dir  # inherited by every process the cluster starts: what the reaper ends
     try:
         with _one_machine():
             context = ray.init(address="local", num_cpus=cpus, include_dashboard=False, _node_ip_address=LOOPBACK,
                                _temp_dir=temp_dir, log_to_driver=False, logging_level=logging.ERROR,
                                configure_logging=True)
     except Exception as exc:  # noqa: BLE001 (whatever Ray raised, said in one line)
+        reaping.kill()
         if made:
-            shutil.rmtree(temp_dir, ignore_errors=True)
+            reaper.end(temp_dir)
         raise EngineError(f"--workers: cannot start a local Ray cluster: {_said(exc)}") from exc
-    return Cluster(context.address_info["gcs_address"], owned=True, temp_dir=temp_dir if made else None)
+    finally:
+        os.environ.pop(reaper.MARK, None)
+    return Cluster(context.address_info["gcs_address"], owned=True, temp_dir=temp_dir if made else None,
+                   reaper=reaping)
 
 
 def connect(address: str | None) -> Cluster:

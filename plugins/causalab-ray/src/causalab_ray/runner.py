@@ -17,10 +17,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from causalab_core.errors import CausalabError, EngineError, clip
-from causalab_core.results.resume import CHUNKS, MIN_CHUNK
+from causalab_core.results.resume import CHUNKS, MIN_CHUNK, chunk_size
 
 START_S = 120
 """How long the workers may take to start and answer (an import of torch each; longer on a loaded machine)."""
+PING_S = 10
+"""How long a worker may take to say it is alive when another has died (it answers beside its chunk)."""
 PER_CPU = 4
 """Workers a CPU at most (`--workers`)."""
 
@@ -70,8 +72,8 @@ class RayChunks:
         # where there are enough (else an equal share of them).
         share = math.floor(cpus / n) if cpus >= n else cpus / n
         each_gpu = 1 if gpus >= n else gpus / n
-        actor = ray.remote(ChunkWorker).options(num_cpus=share, num_gpus=each_gpu, max_restarts=0,
-                                                max_task_retries=0)
+        actor = ray.remote(concurrency_groups={"ping": 1})(ChunkWorker).options(
+            num_cpus=share, num_gpus=each_gpu, max_restarts=0, max_task_retries=0)
         threads = max(1, math.floor(share))
         self.actors = [actor.remote(engine, options, device_map, batch_size, threads) for _ in range(n)]
         self.about = self._wait([a.about.remote() for a in self.actors], "start")
@@ -125,8 +127,11 @@ class RayChunks:
         """Points per chunk, so that the count of chunks is a multiple of the N workers (every round keeps each
         worker busy): at least ``resume.CHUNKS`` chunks (N x ceil(10 / N)), or, where that would make chunks
         under ``resume.MIN_CHUNK`` points (each chunk repeats the clean and counterfactual forwards its points
-        share), the most rounds of N chunks that keep them that long, and one round (N chunks) at the least."""
+        share), the most rounds of N chunks that keep them that long, and one round (N chunks) at the least. One
+        worker cuts as one process does (``resume.chunk_size``)."""
         n = max(1, len(self.actors))
+        if n == 1:
+            return chunk_size(points)
         size = math.ceil(points / (n * math.ceil(CHUNKS / n)))
         if size < MIN_CHUNK:
             size = math.ceil(points / (n * max(1, points // (MIN_CHUNK * n))))
@@ -151,15 +156,16 @@ class RayChunks:
             try:
                 files, said = ray.get(ref)
             except RayActorError as exc:
-                self.actors.remove(worker)
                 info = kept["workers"][number[id(worker)]]
                 kept["chunks"].append({"points": span(chunk), "worker": number[id(worker)], "died": True})
-                if not self.actors:
-                    raise EngineError(f"{self._where()}: every Ray worker died (the last, pid {info['pid']} on "
-                                      f"{info['node']}, running points {span(chunk)}); the points kept so far "
-                                      "stay for --resume") from exc
+                self._drop_dead(worker, idle)
+                if not self.actors:  # one line for the event, never a promise first that no worker can keep
+                    raise EngineError(f"{self._where()}: every Ray worker died (worker {number[id(worker)]}, pid "
+                                      f"{info['pid']} on {info['node']}, was running points {span(chunk)}); the "
+                                      "points kept so far stay for --resume") from exc
                 print(f"causalab: Ray worker {number[id(worker)]} (pid {info['pid']} on {info['node']}) died running "
-                      f"points {span(chunk)}; they run again on another worker", file=sys.stderr, flush=True)
+                      f"points {span(chunk)}; they run again on another of the {len(self.actors)} left",
+                      file=sys.stderr, flush=True)
                 queue.appendleft(chunk)
                 continue
             except RayError as exc:
@@ -168,6 +174,22 @@ class RayChunks:
             details.update(said)
             kept["chunks"].append({"points": span(chunk), "worker": number[id(worker)]})
             yield chunk, files
+
+    def _drop_dead(self, worker: Any, idle: list[Any]) -> None:
+        """Forget ``worker``, and every other that no longer answers (workers killed together die together)."""
+        import ray
+        from ray.exceptions import GetTimeoutError, RayError
+
+        for other in list(self.actors):
+            if other is not worker:
+                try:
+                    ray.get(other.alive.options(concurrency_group="ping").remote(), timeout=PING_S)
+                    continue
+                except (GetTimeoutError, RayError):
+                    pass
+            self.actors.remove(other)
+            if other in idle:
+                idle.remove(other)
 
     def _failure(self, exc: BaseException, what: str) -> CausalabError:
         """A worker's error: a causalab one as it was raised there (one line), anything else in one line."""

@@ -28,6 +28,11 @@ class ChunkWorker:
         self.engine, self.options, self.device_map, self.batch_size = engine, options, device_map, batch_size
         self.plan = None
 
+    def alive(self) -> bool:
+        """Answered in its own concurrency group, beside a chunk that runs: a worker whose process is gone
+        cannot answer (the client asks the others when one dies)."""
+        return True
+
     def about(self) -> dict[str, Any]:
         """Who this worker is, and the causalab it would run (the client compares it with its own)."""
         import ray
