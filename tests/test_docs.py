@@ -61,3 +61,32 @@ def test_every_shipped_document_plans_and_prints_its_plan(document):
         assert done.exit_code == 0, (args, done.output[-2000:])
     fits = any(step.kind == "fit" for step in api.plan(document).steps())
     assert ("\n  fit " in CliRunner().invoke(app, ["plan", str(document)]).output) == fits
+
+
+def test_a_rank_counts_the_tokens_strictly_above_and_ties_share_the_better_rank():
+    """CONTRIBUTING's `ranks` view: int32 [rows, columns], read with `inputs.rank(name)`."""
+    import torch
+
+    from causalab_core.plugins.contracts import MetricInputs
+    from causalab_core.runtime.scores import answer_scores
+
+    last = torch.tensor([[1.0, 5.0, 5.0, 3.0, 0.0]])
+    found = answer_scores(last, [(1, 2, 3, 4)], views=("answers", "ranks"))
+    ranks = found["answer_ranks"]
+    assert ranks.dtype == torch.int32 and ranks.tolist() == [[0, 0, 2, 4]]
+    inputs = MetricInputs(logits=found["answer_logits"], logsumexp=found["logsumexp"], columns=("a", "b", "c", "d"),
+                          token_ids={}, eligible=[True], ranks=ranks)
+    assert inputs.rank("c").tolist() == [2]
+
+
+def test_a_metric_has_no_gradient_unless_it_says_so(write_doc, tiny_llama):
+    """CONTRIBUTING: `Metric.differentiable` defaults to False, and an estimate of such a metric is refused."""
+    from causalab_core.errors import PlanError
+    from causalab_core.plugins.contracts import Metric
+
+    assert Metric.differentiable is False
+    doc = sweep_document(str(tiny_llama), layers=[1], positions=[-1])
+    doc["metrics"] = {"iia": doc["metrics"]["iia"]}
+    doc["estimate"] = {"method": "attribution"}
+    with pytest.raises(PlanError, match=r"\$\.metrics\.iia: metric kind 'iia' has no gradient"):
+        api.plan(write_doc(doc, weekday_rows(4)))

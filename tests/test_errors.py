@@ -525,3 +525,31 @@ def test_a_document_built_in_python_holds_no_float_that_is_not_finite():
 
     with pytest.raises(ValidationError, match="finite number"):
         TrainSpec(data={"path": "rows.jsonl"}, label="cf_answer", lr=float("inf"))
+
+
+def test_data_past_the_row_limit_is_refused_before_a_row_is_parsed(tmp_path):
+    """README, "Data at scale": a document holds at most MAX_ROWS rows, however given, refused in one line."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from causalab_core.document.schema import MAX_ROWS
+
+    doc = json.loads((Path(__file__).parent.parent / "documents/examples/weekdays_sweep.json").read_text())
+    doc["data"] = {"path": "rows.jsonl"}
+    (tmp_path / "rows.jsonl").write_text("{}\n" * (MAX_ROWS + 1))  # not even rows: the count comes first
+    (tmp_path / "doc.json").write_text(json.dumps(doc))
+    causalab = str(Path(sys.executable).parent / "causalab")
+    started = time.monotonic()
+    done = subprocess.run([causalab, "validate", str(tmp_path / "doc.json")], capture_output=True, text=True)
+    assert done.returncode == 2 and time.monotonic() - started < 60
+    assert done.stderr.splitlines() == [
+        f"DocumentError: {tmp_path / 'doc.json'}: $.data.path: data file {str(tmp_path / 'rows.jsonl')!r}: holds "
+        f"more than {MAX_ROWS:,} rows, the most a document may hold (a run keeps each row in memory); split it into "
+        "documents of at most that"]
+    doc["data"] = {"rows": [{}] * (MAX_ROWS + 1)}
+    (tmp_path / "inline.json").write_text(json.dumps(doc))
+    done = subprocess.run([causalab, "validate", str(tmp_path / "inline.json")], capture_output=True, text=True)
+    assert done.returncode == 2 and "$.data.rows" in done.stderr and f"at most {MAX_ROWS}" in done.stderr
+    assert done.stderr.count("\n") == 1

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from causalab_core.document.schema import DataSpec, Document, is_sweep_ref
+from causalab_core.document.schema import MAX_ROWS, DataSpec, Document, is_sweep_ref
 from causalab_core.errors import DocumentError, clip, echo, shorten
 
 
@@ -163,6 +163,20 @@ def _reading(where: str) -> Iterator[None]:
         raise DocumentError(f"{where}: cannot be read: {exc.strerror or exc}") from None
 
 
+def count_rows(path: Path, where: str) -> int:
+    """The non-blank lines of a JSONL file, read a line at a time (constant memory); past ``MAX_ROWS``, one line
+    saying so, before any row is parsed."""
+    count = 0
+    with _reading(where), path.open("rb") as f:
+        for line in f:
+            if line.strip():
+                count += 1
+                if count > MAX_ROWS:
+                    raise DocumentError(f"{where}: holds more than {MAX_ROWS:,} rows, the most a document may hold "
+                                        "(a run keeps each row in memory); split it into documents of at most that")
+    return count
+
+
 def read_text(path: Path, where: str) -> str:
     """A UTF-8 file's text; a missing file, a folder or bad bytes is one DocumentError line."""
     with _reading(where):
@@ -269,6 +283,7 @@ def load_rows(data: DataSpec, folder: Path, source: str = "", where: str = "$.da
         return Rows(data.rows, (f"{where}.rows[{i}]" for i in range(len(data.rows))))
     rel = Path(data.path)
     path = rel if rel.is_absolute() else folder / rel
+    count_rows(path, f"{at}{where}.path: data file {echo(str(path))}")
     text = read_text(path, f"{at}{where}.path: data file {echo(str(path))}")
     rows, names = [], []
     # JSON Lines ends lines with \n only: a U+2028 inside a string is part of the row, not a line break.

@@ -22,6 +22,10 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_\-]*$"
+MAX_ROWS = 100_000
+"""The most rows a document's data may hold, however given: a run keeps every row's prompts, windows and values
+in memory (about 10 KiB a row to validate, 40 to 110 to run a point on the toy models: README, "Data at
+scale"), so more is refused before any row is parsed."""
 Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=64)]
 """A name an author chooses; metric and featurizer names become file names, so they stay short."""
 
@@ -130,10 +134,10 @@ class CausalModelSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="allow", allow_inf_nan=False)
     kind: Name
     intervene: list[Name] = Field(min_length=1, description="Input variables the counterfactual changes (each differs from the base's).")
-    rows: Annotated[int, Field(ge=1, le=100_000)] | Literal["all"] = Field(
+    rows: Annotated[int, Field(ge=1, le=MAX_ROWS)] | Literal["all"] = Field(
         description="How many distinct rows to sample, or \"all\": every pair of the split the model can enumerate "
         "(its inputs' `domain`), in a fixed order, so that a figure is the population's, not a sample's.")
-    cap: int = Field(5000, ge=1, le=100_000, description="With rows \"all\": the most rows the population may have "
+    cap: int = Field(5000, ge=1, le=MAX_ROWS, description="With rows \"all\": the most rows the population may have "
                                                          "(a larger one is refused, naming its size).")
     split: Literal["train", "test"]
     seed: int = 0
@@ -156,7 +160,8 @@ class CausalModelSpec(BaseModel):
 class DataSpec(Frozen):
     """Rows inline, a JSONL file (one JSON object per line), or generated from a causal model."""
 
-    rows: list[dict[str, Any]] | None = Field(None, description="Inline rows: each maps column names to values.")
+    rows: list[dict[str, Any]] | None = Field(None, max_length=MAX_ROWS,
+                                              description="Inline rows: each maps column names to values.")
     path: str | None = Field(None, description="A JSONL file, relative to --data-root or else to the document's folder.")
     causal_model: CausalModelSpec | None = Field(None, description="Generate the rows: base, counterfactual, answers, "
                                                  "each variable's value (var_<variable> where its name would take one of those "
