@@ -275,6 +275,23 @@ def test_a_worker_without_the_plugins_the_plan_needs_is_refused_before_any_work(
     assert not out.exists() and not store_path(out).exists()
 
 
+def test_a_plugin_the_plan_does_not_use_is_none_of_the_workers_business(ray_cluster, tmp_path):
+    """The preflight's rule is the run's identity (core, the engine, featurizers, interventions, metrics it uses):
+    a plugin only the client has, which the plan does not use, does not stop the run."""
+    from causalab_metrics.answers import IIA
+
+    class Unused(IIA):
+        name = "iia_unused"
+
+    only_here = types.ModuleType("only_here")
+    only_here.DISTRIBUTION = "causalab-only-here"
+    only_here.causalab_metrics = hookimpl(lambda: [Unused])
+    out = tmp_path / "o"
+    api.run(SMALL, out=out, workers=2, registry=build_registry(extra=(only_here,)))
+    record = json.loads((out / "run.json").read_text())
+    assert "causalab-only-here" not in record["causalab"]["distributions"] and len(record["ray"]["workers"]) == 2
+
+
 def test_a_workers_own_error_is_the_clients_one_line(ray_cluster, tmp_path):
     out = tmp_path / "o"
     with pytest.raises(EngineError) as refused:
