@@ -147,6 +147,27 @@ def test_a_featurizer_file_loaded_from_a_run_must_be_as_the_run_wrote_it(trained
     assert str(caught.value).startswith(f"'{loaded}' {why}")
 
 
+def test_a_featurizer_file_holding_a_nan_is_refused_as_a_documents_number_would_be(trained, tmp_path):
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from causalab_core.errors import DocumentError
+
+    file, using = trained
+    with safe_open(str(file), "pt") as f:
+        metadata, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
+    key = sorted(tensors)[0]
+    tensors[key].view(-1)[5] = float("nan")
+    save_file(tensors, tmp_path / "nan.safetensors", metadata=metadata)
+    document = write(tmp_path / "use", {**using, "featurizers": {"das": {**using["featurizers"]["das"],
+                                                                         "load": str(tmp_path / "nan.safetensors")}}},
+                     weekday_rows(6))
+    with pytest.raises(DocumentError) as caught:
+        api.plan(document)
+    assert "$.featurizers.das.load: featurizer file" in str(caught.value)
+    assert f"holds nan in its tensor {key!r} at [" in str(caught.value)
+
+
 # -- class 4: runs of another experiment ----------------------------------------------------
 
 

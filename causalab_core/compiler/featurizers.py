@@ -77,8 +77,21 @@ def with_loaded_state(featurizer: Any, model: Any, site: Any, position: Any, whe
             raise PlanError(
                 f"{named} was trained with {key} = {echo(found.get(key))}, this document has {echo(expected)}"
             )
+    refuse_not_finite(data, named)
     params = {k: v for k, v in featurizer.params.items() if k != "load"}
     return dataclasses.replace(featurizer, params=params, state=data, state_digest=hashlib.sha256(data).hexdigest())
+
+
+def refuse_not_finite(data: bytes, named: str) -> None:
+    """A tensor file a document loads holds finite numbers, as the document's own numbers must."""
+    from safetensors.torch import load
+
+    for key, tensor in sorted(load(data).items()):
+        bad = (~tensor.float().isfinite()).nonzero()
+        if len(bad):
+            at = tuple(bad[0].tolist())
+            raise DocumentError(f"{named} holds {tensor[at].item()} in its tensor {key!r} at {list(at)}; a document's "
+                                "numbers are finite")
 
 
 def trained_labels(labels: tuple[int, ...], order: str, seed: int, where: str) -> tuple[int, ...]:
