@@ -1,5 +1,8 @@
-"""What plugin code returns, held to its contract where core receives it: one `PluginError` line naming the
-component (or hook) and its distribution, never a traceback from core and never the user's document."""
+"""What plugin code returns, held to its contract where core receives it.
+
+A malformed answer is one `PluginError` line naming the component (or hook) and its distribution, never a
+traceback from core and never the user's document.
+"""
 
 from __future__ import annotations
 
