@@ -8,12 +8,11 @@ import json
 import types
 
 import pytest
-import torch
 from pydantic import BaseModel, ConfigDict
 
 from causalab_core import api, hookimpl
 from causalab_core.errors import PluginError
-from causalab_core.plugins.contracts import Engine, Intervention, Metric, PositionResolver, Recipe, Resolved
+from causalab_core.plugins.contracts import Engine, Intervention, PositionResolver, Recipe, Resolved
 from causalab_core.plugins.registry import build_registry
 from causalab_metrics.answers import IIA
 from causalab_testing.data import sweep_document, weekday_rows
