@@ -27,5 +27,9 @@ def test_hooks_and_nnterp_write_identical_metric_files(arch, request, write_doc,
     assert (hooks_run["components"].pop("engine"), nnterp_run["components"].pop("engine")) == (
         {"hooks": f"causalab-hooks {hooks_run['causalab']['distributions']['causalab-hooks']['version']}"},
         {"nnterp": f"causalab-nnterp {nnterp_run['causalab']['distributions']['causalab-nnterp']['version']}"})
+    # run.json's causalab is the run's own distributions (#48): the two differ by the engine's alone.
+    ours = [run.pop("causalab")["distributions"] for run in (hooks_run, nnterp_run)]
+    assert set(ours[0]) ^ set(ours[1]) == {"causalab-hooks", "causalab-nnterp"}
+    assert {k: v for k, v in ours[0].items() if k in ours[1]} == {k: v for k, v in ours[1].items() if k in ours[0]}
     assert {k: v for k, v in hooks_run.items() if k != "engine"} == {k: v for k, v in nnterp_run.items() if k != "engine"}
     assert nnterp_run["versions"]["nnsight"] and nnterp_run["versions"]["nnterp"]

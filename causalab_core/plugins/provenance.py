@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.metadata
+import re
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -57,22 +58,47 @@ def components(registry: Registry, plan: Any, engine: str) -> dict[str, dict[str
 
 
 def run_distributions(registry: Registry, plan: Any, engine: str) -> list[PluginInfo]:
-    """The distributions whose code makes a planned run's numbers: core, and the providers of the run's
-    engine, featurizers, interventions and metrics. The one rule for a run's identity: what a resume, a Ray
-    worker, run.json and a trained featurizer's file compare or record (a remote server compares the part of
-    it that runs there). Position resolvers are not in it: they ran at compile time, and the plan, which a
-    resume compares too, holds what they resolved. Another plugin installed beside them, or changed, is not
-    the run's."""
+    """The distributions whose code makes a run's numbers: core, and the providers of the components it uses
+    (engine, and the causalab distributions the engine requires; position resolvers, featurizers,
+    interventions, metrics). The one rule for a run's identity: what
+    a resume and a Ray worker compare, and run.json records; a remote server compares the part of it that runs
+    there, a trained featurizer's file records the part that trained it (``trained_digest``). Another plugin
+    installed beside them, or changed, is not the run's: it changes none of its numbers."""
     names = {"causalab-core"} | {registry.provider(kind, name).distribution for kind, names
-                                 in used_components(plan, engine).items() if kind != "position" for name in names}
+                                 in used_components(plan, engine).items() for name in names}
+    names |= causalab_requirements(registry.provider("engine", engine).distribution)  # ndif runs nnterp's block
     return [p for p in registry.distributions() if p.distribution in names]
+
+
+def causalab_requirements(distribution: str) -> set[str]:
+    """The causalab distributions ``distribution`` requires (not as an extra): code an engine runs as its own."""
+    try:
+        requires = importlib.metadata.requires(distribution) or []
+    except importlib.metadata.PackageNotFoundError:
+        return set()
+    names = {re.match(r"[A-Za-z0-9._-]+", r).group().lower().replace("_", "-") for r in requires if "extra ==" not in r}
+    return {n for n in names if n.startswith("causalab-")}
 
 
 def digests_of(infos: list[PluginInfo]) -> dict[str, Any]:
     """One sha256 over the distributions' names, versions and source digests, and each one's version and digest."""
-    lines = sorted(f"{p.distribution} {p.version} {p.digest}" for p in infos)
-    return {"digest": hashlib.sha256("\n".join(lines).encode()).hexdigest(),
-            "distributions": {p.distribution: {"version": p.version, "digest": p.digest} for p in infos}}
+    found = {p.distribution: {"version": p.version, "digest": p.digest} for p in infos}
+    return {"digest": combined(found), "distributions": found}
+
+
+def combined(distributions: dict[str, dict[str, str]]) -> str:
+    """One sha256 over ``{distribution: {version, digest}}``, in name order."""
+    lines = sorted(f"{name} {d['version']} {d['digest']}" for name, d in distributions.items())
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+def trained_digest(run: dict[str, Any], featurizer_kind: str) -> str:
+    """A trained featurizer's ``causalab``: the digest of core (the training loop) and the featurizer's
+    distribution, out of run.json's record. Not the engine's: every engine trains the same bytes (and a file
+    trained on one loads on another)."""
+    owner = run["components"]["featurizer"][featurizer_kind].rsplit(" ", 1)[0]
+    return combined({name: d for name, d in run["causalab"]["distributions"].items()
+                     if name in ("causalab-core", owner)})
 
 
 def run_digests(registry: Registry, plan: Any, engine: str) -> dict[str, Any]:

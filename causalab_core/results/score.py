@@ -12,6 +12,7 @@ from causalab_core.plugins.returns import values_problem
 from causalab_core.results.intervals import METHOD, with_interval
 from causalab_core.errors import EngineError, PluginError
 from causalab_core.ir import Fit, Plan, Point, PositionRecord
+from causalab_core.plugins.provenance import trained_digest
 from causalab_core.plugins.registry import Registry
 
 
@@ -225,7 +226,7 @@ def featurizer_file(plan: Plan, fit: Fit, state: dict[str, Any], run: dict[str, 
         **fit.identity,
         "dtype": plan.model.dtype,
         "train_data": fit.data_digest,
-        "causalab": run["causalab"]["digest"],
+        "causalab": trained_digest(run, fit.featurizer.kind),
     }
     return canonical_safetensors(save({k: v.contiguous() for k, v in state.items()}, metadata=metadata))
 

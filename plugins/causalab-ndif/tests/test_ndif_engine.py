@@ -44,7 +44,10 @@ def test_a_sweep_through_the_server_writes_the_local_files_byte_for_byte(ndif_se
 
     mine, theirs = json.loads(here["run.json"]), json.loads(there["run.json"])
     assert {k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k)} == {
-        "engine", "remote", "server", "served_dtype", "server_causalab", "code", "components", "jobs"} | ({"arithmetic"} if mine["arithmetic"] != theirs["arithmetic"] else set())
+        "engine", "remote", "server", "served_dtype", "server_causalab", "code", "components", "jobs", "causalab"} | (
+        {"arithmetic"} if mine["arithmetic"] != theirs["arithmetic"] else set())
+    # causalab: the run's own distributions (#48), which differ by the engine's alone
+    assert set(mine["causalab"]["distributions"]) ^ set(theirs["causalab"]["distributions"]) == {"causalab-ndif"}
     # Each job's points and bytes on the wire, as run.json keeps them and the run's stderr says them.
     jobs = theirs["jobs"]
     assert [job["points"] for job in jobs] == [16, 8]  # chunks of the 24 points
