@@ -4,8 +4,14 @@ Importing this package does not import torch; the compiler and engines do,
 when they run.
 """
 
-from causalab_core.errors import CausalabError, DocumentError, EngineError, PlanError, PluginError
+from causalab_core.document.given import to_json
+from causalab_core.document.schema import (
+    CausalModelSpec, ConfirmSpec, DataSpec, DirectionSpec, Document, EstimateSpec, FeaturizerSpec, InterventionSpec,
+    MetricSpec, ModelSpec, ReadSpec, SweepRef, TrainSpec, WriteSpec,
+)
+from causalab_core.errors import CausalabError, DocumentError, EngineError, OutputError, PlanError, PluginError
 from causalab_core.plugins.hookspecs import hookimpl, hookspec
+from causalab_core.results.table import LoadedRun
 
 
 # The API pulls in the compiler; keep `import causalab_core` light for plugins.
@@ -38,6 +44,8 @@ def load(out):
 
 
 __all__ = [
-    "CausalabError", "DocumentError", "EngineError", "PlanError", "PluginError",
-    "hookimpl", "hookspec", "load", "plan", "run", "validate",
+    "CausalModelSpec", "CausalabError", "ConfirmSpec", "DataSpec", "DirectionSpec", "Document", "DocumentError",
+    "EngineError", "EstimateSpec", "FeaturizerSpec", "InterventionSpec", "LoadedRun", "MetricSpec", "ModelSpec",
+    "OutputError", "PlanError", "PluginError", "ReadSpec", "SweepRef", "TrainSpec", "WriteSpec",
+    "hookimpl", "hookspec", "load", "plan", "run", "to_json", "validate",
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, fields, replace
 from hashlib import sha256
 from pathlib import Path
 from typing import Any
@@ -16,7 +16,7 @@ from causalab_core.compiler import compile_document
 from causalab_core.results.confirm import confirm, run_estimate
 from causalab_core.plugins import returns
 from causalab_core.plugins.contracts import HERE, Remote
-from causalab_core.document import LoadedDocument, load_document
+from causalab_core.document import Document, LoadedDocument, load_document
 from causalab_core.errors import EngineError, OutputError, clip, echo, shorten
 from causalab_core.ir import Plan
 from causalab_core.plugins.registry import Registry, registry as default_registry
@@ -26,25 +26,33 @@ from causalab_core.results.resume import (
     Store, chunk_size, has_store, open_store, ordered_files, plan_digest, point_files, store_path, was_forced,
 )
 from causalab_core.results.score import MetricResult, dump, output_files, score
+from causalab_core.results.table import LoadedRun, from_files
 
 
-def validate(path: str | Path, *, data_root: str | Path | None = None, registry: Registry | None = None) -> LoadedDocument:
+DocumentLike = str | Path | dict[str, Any] | Document
+"""A document as the API takes it: a file path, JSON text, a dict, or a ``Document`` built from the schema's models."""
+
+
+def validate(document: DocumentLike, *, rows: Any = None, data_root: str | Path | None = None,
+             registry: Registry | None = None) -> LoadedDocument:
     """Load a document and its rows and check them against the installed plugins and the model's shell.
 
     Everything `plan` refuses, `validate` refuses: it compiles (tokenizer, config, no weights).
+    ``rows`` (a pandas DataFrame or a list of dicts) replaces the document's data.
     """
     reg = registry or default_registry()
     with reg.boundary():
-        loaded = load_document(path, data_root, reg)
+        loaded = load_document(document, data_root, reg, rows)
         compile_document(loaded, reg)
     return loaded
 
 
-def plan(path: str | Path, *, data_root: str | Path | None = None, registry: Registry | None = None) -> Plan:
-    """Compile a document into a plan without loading weights."""
+def plan(document: DocumentLike, *, rows: Any = None, data_root: str | Path | None = None,
+         registry: Registry | None = None) -> Plan:
+    """Compile a document into a plan without loading weights (``rows`` as for :func:`validate`)."""
     reg = registry or default_registry()
     with reg.boundary():
-        return compile_document(load_document(path, data_root, reg), reg)
+        return compile_document(load_document(document, data_root, reg, rows), reg)
 
 
 def featurizer_classes(plan: Plan, registry: Registry) -> dict[str, type]:
@@ -56,15 +64,18 @@ def featurizer_classes(plan: Plan, registry: Registry) -> dict[str, type]:
     return classes
 
 
-@dataclass(frozen=True)
-class RunResult:
-    """What a run produced (and wrote, when ``out`` was given)."""
+@dataclass(frozen=True, repr=False)
+class RunResult(LoadedRun):
+    """What a run produced: the tables ``load`` gives of its folder (kept in memory where ``out`` is None;
+    ``save`` writes that folder later, byte for byte), with the plan it ran and each metric's content."""
 
-    plan: Plan
-    metrics: list[MetricResult]
-    run: dict[str, Any]
-    files: dict[str, bytes]
-    out: Path | None
+    plan: Plan | None = None
+    metrics: list[MetricResult] = field(default_factory=list)
+
+    @property
+    def out(self) -> Path | None:
+        """The folder the run wrote; None for a run kept in memory."""
+        return self.folder
 
 
 def engine_options(cls: type, options: dict[str, Any] | None) -> Any:
@@ -95,8 +106,9 @@ def check_capabilities(cls: type, plan: Plan, remote: Remote) -> None:
 
 
 def run(
-    path: str | Path,
+    document: DocumentLike,
     *,
+    rows: Any = None,
     out: str | Path | None = None,
     engine: str = "hooks",
     remote: Remote = HERE,
@@ -127,19 +139,19 @@ def run(
     """
     reg = registry or default_registry()
     with reg.boundary():
-        return _run(reg, path, out=out, engine=engine, remote=remote, batch_size=batch_size,
+        return _run(reg, document, rows=rows, out=out, engine=engine, remote=remote, batch_size=batch_size,
                     device_map=device_map, data_root=data_root, force=force, options=options,
                     progress=progress, resume=resume, points_done=points_done, workers=workers,
                     ray_address=ray_address)
 
 
-def _run(reg: Registry, path: str | Path, *, out: str | Path | None, engine: str, remote: Remote,
+def _run(reg: Registry, document: DocumentLike, *, rows: Any, out: str | Path | None, engine: str, remote: Remote,
          batch_size: int | None, device_map: str | None, data_root: str | Path | None, force: bool,
          options: dict[str, Any] | None, progress: Callable[[Plan], Callable[[str], None] | None] | None,
          resume: bool, points_done: Callable[[int, int], None] | None, workers: int | None = None,
          ray_address: str | None = None) -> RunResult:
     out_path = Path(out) if out is not None else None
-    loaded = load_document(path, data_root, reg)
+    loaded = load_document(document, data_root, reg, rows)
     if resume and out_path is None:
         raise OutputError("--resume needs --out: the folder whose interrupted run to finish")
     if resume and not has_store(out_path):
@@ -209,7 +221,8 @@ def _run(reg: Registry, path: str | Path, *, out: str | Path | None, engine: str
     if out_path is not None:
         write_folder(out_path, files, force, loaded.read_paths())
         store.remove()
-    return RunResult(built, metrics, record, files, out_path)
+    tables = from_files(files, out_path)
+    return RunResult(**{f.name: getattr(tables, f.name) for f in fields(LoadedRun)}, plan=built, metrics=metrics)
 
 
 def chunk_runner(reg: Registry, workers: int | None, address: str | None, out: Path | None) -> Any:

@@ -384,7 +384,7 @@ def compile_document(loaded: LoadedDocument, registry: Registry) -> Plan:
     metric_params = check_document(loaded.document, registry, loaded.source)
     model = loaded.document.model
     try:
-        shell = load_shell(resolve_source(model.key, model.revision, registry, Path(loaded.source).parent))
+        shell = load_shell(resolve_source(model.key, model.revision, registry, loaded.home))
         return Compiler(loaded, shell, registry, metric_params).plan()
     except (PlanError, DocumentError) as exc:  # a vector file's line names the document, as every other does
         if str(exc).startswith(loaded.source):

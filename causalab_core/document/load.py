@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from causalab_core.document.schema import MAX_ROWS, DataSpec, Document, is_sweep_ref
+from causalab_core.document.given import given
 from causalab_core.errors import DocumentError, clip, echo, shorten
 
 
@@ -29,14 +30,19 @@ class LoadedDocument:
     """Where relative data paths resolve: --data-root, or the document's folder."""
     generated: dict[str, Any] | None = None
     """For rows a causal model generated: the model, its provider, the spec, and the rows' sha256."""
+    path: Path | None = None
+    """The document's file; None for one given in memory."""
+    home: Path = Path(".")
+    """Where a model key that is a relative folder resolves: the document's folder (the working folder in memory)."""
 
     def read_paths(self) -> list[Path]:
         """Every file or folder this run reads: the document, its data, training data, featurizer files, the model."""
         doc = self.document
         data = [doc.data] + [f.train.data for f in doc.featurizers.values() if f.train is not None]
-        paths = [Path(self.source)] + [self.data_folder / d.path for d in data if d.path]
+        paths = [self.path] if self.path is not None else []
+        paths += [self.data_folder / d.path for d in data if d.path]
         paths += [path for _, path in featurizer_files(doc, self.data_folder)]  # swept files too
-        model = Path(self.source).parent / Path(doc.model.key).expanduser()
+        model = self.home / Path(doc.model.key).expanduser()
         return paths + ([model] if model.is_dir() else [])
 
 
@@ -342,16 +348,22 @@ def labels_agree(rows: list[dict[str, Any]]) -> dict[str, float]:
     return shares
 
 
-def load_document(path: str | Path, data_root: str | Path | None = None, registry: Any = None) -> LoadedDocument:
-    """Read, parse and validate a document file and load (or generate) its rows."""
-    path = Path(path)
-    document = parse_document(read_json(path), str(path))
-    folder = Path(data_root) if data_root else path.parent
-    check_featurizer_files(document, folder, str(path))
+def load_document(document: Any, data_root: str | Path | None = None, registry: Any = None,
+                  rows: Any = None) -> LoadedDocument:
+    """Read, parse and validate a document and load (or generate) its rows. ``document``: a file path, JSON
+    text, a dict or a ``Document`` (:mod:`causalab_core.document.given`); ``rows`` (a DataFrame or a list of
+    dicts) replaces its data. Relative paths resolve from ``data_root``, else the document's folder, else the
+    working folder for a document given in memory."""
+    found = given(document, rows)
+    data = read_json(found.path) if found.data is None else found.data
+    document = parse_document(data, found.source)
+    home = found.path.parent if found.path is not None else Path.cwd()
+    folder = Path(data_root) if data_root else home
+    check_featurizer_files(document, folder, found.source)
     generated = None
     if document.data.causal_model is not None:
-        rows, generated = generated_rows(document.data.causal_model, f"{path}: $.data.causal_model", registry)
-        loaded = Rows(rows, (f"$.data.causal_model#{i}" for i in range(len(rows))))
+        made, generated = generated_rows(document.data.causal_model, f"{found.source}: $.data.causal_model", registry)
+        loaded = Rows(made, (f"$.data.causal_model#{i}" for i in range(len(made))))
     else:
-        loaded = load_rows(document.data, folder, str(path))
-    return LoadedDocument(document, str(path), loaded, folder, generated)
+        loaded = load_rows(document.data, folder, found.source)
+    return LoadedDocument(document, found.source, loaded, folder, generated, found.path, home)

@@ -16,6 +16,7 @@ from pydantic import (
     Field,
     PlainValidator,
     WithJsonSchema,
+    field_validator,
     model_serializer,
     model_validator,
 )
@@ -166,6 +167,14 @@ class DataSpec(Frozen):
     causal_model: CausalModelSpec | None = Field(None, description="Generate the rows: base, counterfactual, answers, "
                                                  "each variable's value (var_<variable> where its name would take one of those "
                                                  "columns, as `answer` would) and label_<variable> for each intervention.")
+
+    @field_validator("rows", mode="before")
+    @classmethod
+    def _frame(cls, value: Any) -> Any:
+        """A pandas DataFrame given from Python: its rows."""
+        from causalab_core.document.given import frame_rows, is_frame
+
+        return frame_rows(value) if is_frame(value) else value
 
     @model_validator(mode="after")
     def _exactly_one(self) -> DataSpec:

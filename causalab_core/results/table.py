@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from collections.abc import Iterable
 from types import SimpleNamespace
@@ -23,13 +23,22 @@ class LoadedRun:
     """What ``causalab_core.load`` returns. Each table is a pandas DataFrame where pandas is installed,
     else a list of plain records (dicts); ``records`` always holds the plain ones."""
 
-    folder: Path
+    folder: Path | None
+    """The output folder it was read from or written to; None for a run kept in memory (``run(out=None)``)."""
     document: dict[str, Any]
     run: dict[str, Any]
     axes: tuple[str, ...]
     records: dict[str, list[dict[str, Any]]]
     files: dict[str, bytes] = field(default_factory=dict, repr=False)
     """Every file the manifest lists, by path, as checked against it: what the tables were read from."""
+
+    def save(self, out: str | Path, *, force: bool = False) -> Path:
+        """Write the run's folder to ``out``: byte for byte the folder a run with ``out`` writes (its manifest
+        too). An existing folder is refused unless ``force`` (and only a causalab output folder is replaced)."""
+        from causalab_core.results.folder import write_folder
+
+        write_folder(Path(out), dict(self.files), force)
+        return Path(out)
 
     @property
     def rows(self) -> Any:
@@ -141,7 +150,18 @@ def load(out: str | Path) -> LoadedRun:
     sweep's own order, each point's metrics in the document's; a sweep axis of objects (positions such as
     ``{"variable": ...}``) is shown by its label, so the tables group and pivot on it."""
     folder = Path(out)
-    files = read_run(folder)
+    return from_files(read_run(folder), folder)
+
+
+def from_files(files: dict[str, bytes], folder: Path | None) -> LoadedRun:
+    """The tables of a run's files (path -> bytes, as its manifest lists them); ``folder`` names them in
+    messages, and is None for a run kept in memory."""
+    where = folder if folder is not None else Path("(in memory)")
+    loaded = _tables(files, where)
+    return replace(loaded, folder=folder)
+
+
+def _tables(files: dict[str, bytes], folder: Path) -> LoadedRun:
     if "run.json" not in files or "document.json" not in files:
         raise OutputError(f"{echo(str(folder))} is not a causalab output folder (no run.json and document.json)")
     document = _json(folder, "document.json", files["document.json"])

@@ -1,0 +1,116 @@
+"""Documents given from Python: a file path, JSON text, a dict, or the schema's pydantic models, with rows
+inline as a list of dicts or a pandas DataFrame. Each becomes the plain JSON data a file would hold, so a
+document built in Python and the same document read from a file are checked and run alike."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from causalab_core.errors import DocumentError
+
+IN_MEMORY = "document"
+"""How messages name a document given as a dict or a model (a file is named by its path)."""
+
+
+@dataclass(frozen=True)
+class Given:
+    """A document as the loader reads it: its data, how messages name it, and its file (None in memory)."""
+
+    data: Any
+    source: str
+    path: Path | None
+
+
+def is_frame(value: Any) -> bool:
+    """A pandas DataFrame (checked by duck type: pandas is optional)."""
+    return hasattr(value, "to_dict") and hasattr(value, "columns") and hasattr(value, "iloc")
+
+
+def plain(value: Any) -> Any:
+    """A value as JSON holds it: numpy and pandas scalars as Python ones, a missing value (NaN, None, NA) as
+    float NaN, which the loader refuses with its place; anything else as it is."""
+    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:  # a numpy scalar
+        value = value.item()
+    if hasattr(value, "tolist"):  # a numpy array inside a cell
+        value = value.tolist()
+    if value is not None and type(value).__name__ in {"NAType", "NaTType"}:
+        return math.nan
+    return value
+
+
+def frame_rows(frame: Any) -> list[dict[str, Any]]:
+    """A DataFrame's rows as dicts of plain values, columns as strings, in the frame's order."""
+    columns = [str(c) for c in frame.columns]
+    if len(set(columns)) != len(columns):
+        raise DocumentError("rows: the DataFrame has two columns of one name")
+    return [dict(zip(columns, (plain(v) for v in row))) for row in frame.itertuples(index=False, name=None)]
+
+
+def as_rows(rows: Any, where: str) -> list[dict[str, Any]]:
+    """Rows given from Python (a DataFrame, or a list of dicts) as a list of dicts."""
+    if is_frame(rows):
+        return frame_rows(rows)
+    if isinstance(rows, (list, tuple)):
+        return [dict(r) if isinstance(r, dict) else r for r in rows]
+    raise DocumentError(f"{where}: rows must be a list of dicts or a pandas DataFrame, got {type(rows).__name__}")
+
+
+def _data(value: Any) -> Any:
+    """Plain JSON data from what Python code built: models dumped, DataFrames as rows, tuples as lists."""
+    if isinstance(value, BaseModel):
+        return _data(value.model_dump(mode="python"))
+    if is_frame(value):
+        return frame_rows(value)
+    if isinstance(value, dict):
+        return {k: _data(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_data(v) for v in value]
+    return plain(value)
+
+
+def given(document: Any, rows: Any = None) -> Given:
+    """What the API was handed, as the loader reads it. ``rows`` (a DataFrame or a list of dicts) replaces the
+    document's data with those rows inline."""
+    if isinstance(document, Path) or (isinstance(document, str) and not document.lstrip().startswith("{")):
+        found = Given(None, str(document), Path(document))
+    elif isinstance(document, str):  # JSON text
+        try:
+            found = Given(json.loads(document), "JSON text", None)
+        except json.JSONDecodeError as exc:
+            raise DocumentError(f"JSON text: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+        except RecursionError:
+            raise DocumentError("JSON text: nested too deep") from None
+    elif isinstance(document, (dict, BaseModel)):
+        found = Given(_data(document), IN_MEMORY, None)
+    else:
+        raise DocumentError(f"a document is a file path, JSON text, a dict or a causalab_core.Document, "
+                            f"got {type(document).__name__}")
+    if rows is None:
+        return found
+    if found.data is None:  # a file: read it, then replace its data
+        from causalab_core.document.load import read_json
+
+        found = Given(read_json(found.path), found.source, found.path)
+    if not isinstance(found.data, dict):
+        return found  # the loader says what is wrong with it
+    return Given({**found.data, "data": {"rows": as_rows(rows, "rows=")}}, found.source, found.path)
+
+
+def to_json(document: Any) -> str:
+    """A document (a dict, JSON text or a ``Document``) as the JSON text of a document file, after checking it
+    against the schema; ``Path(...).write_text(to_json(doc))`` gives a file that runs as ``doc`` does."""
+    from causalab_core.document.load import parse_document
+
+    found = given(document)
+    if found.data is None:
+        from causalab_core.document.load import read_json
+
+        found = Given(read_json(found.path), found.source, found.path)
+    parsed = parse_document(found.data, found.source)
+    return json.dumps(parsed.model_dump(mode="json"), indent=1, ensure_ascii=False) + "\n"
