@@ -27,6 +27,7 @@ from causalab_core.results.resume import (
 )
 from causalab_core.results.score import MetricResult, dump, output_files, score
 from causalab_core.results.table import LoadedRun, from_files
+from causalab_core.results.view import notebook_progress
 
 
 DocumentLike = str | Path | dict[str, Any] | Document
@@ -133,11 +134,18 @@ def run(
     With ``out``, the points run in chunks and each completed point is kept beside ``out``
     (:mod:`causalab_core.results.resume`); ``resume`` runs only the points an interrupted run did not finish.
     ``points_done(done, total)`` is called before the first chunk and after each one.
+    ``progress(plan)`` returns a callback called with each step's path as it finishes; by default, in a Jupyter
+    kernel, a progress bar (``tqdm.auto``), and nothing anywhere else.
+    ``rows`` (a pandas DataFrame or a list of dicts) replaces the document's data. With ``out`` None the results
+    stay in memory: the returned ``RunResult`` holds the tables ``load`` gives, and ``save(out)`` writes the
+    folder a run with ``out`` writes.
     ``workers`` / ``ray_address`` (with ``out``): the chunks run on that many workers of a local Ray cluster, or on
     the cluster at that address, through the installed chunk runner (``hookspecs.causalab_chunk_runner``).
     An exception inside plugin code (an engine, a featurizer, a metric...) is one `PluginError` naming it.
     """
     reg = registry or default_registry()
+    if progress is None and points_done is None:
+        progress = notebook_progress()
     with reg.boundary():
         return _run(reg, document, rows=rows, out=out, engine=engine, remote=remote, batch_size=batch_size,
                     device_map=device_map, data_root=data_root, force=force, options=options,

@@ -261,7 +261,7 @@ class Point:
                                          for s in self.steps))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Plan:
     """Everything an engine needs, and everything the client needs to fill results in."""
 
@@ -287,6 +287,23 @@ class Plan:
 
     def steps(self) -> list[Fit | Run]:
         return [step for point in self.points for step in point.steps]
+
+    def __repr__(self) -> str:  # the dataclass's own would print every row's tokens
+        from causalab_core.ir.render import summary
+
+        return summary(self)
+
+    def _repr_html_(self) -> str:
+        """A notebook's view: the same lines, and the points with their eligible rows and steps."""
+        import html
+
+        from causalab_core.ir.render import summary
+
+        points = "".join(f"<tr><td>{html.escape(p.name or '(document)')}</td><td>{sum(p.eligible)}/{len(p.eligible)}"
+                         f"</td><td>{len(p.steps)}</td></tr>" for p in self.points[:50])
+        more = f"<p>… {len(self.points) - 50} more points</p>" if len(self.points) > 50 else ""
+        return (f"<pre>{html.escape(summary(self))}</pre><table><tr><th>point</th><th>eligible rows</th>"
+                f"<th>steps</th></tr>{points}</table>{more}")
 
     def featurizers(self) -> list[FeaturizerRef]:
         """Every featurizer a write goes through (a Fit step's included), in plan order."""

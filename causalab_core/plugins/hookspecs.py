@@ -139,3 +139,24 @@ def causalab_chunk_runner(workers: int | None, address: str | None) -> Any:
     The client keeps each chunk's points as they come and writes the folder in the fixed point order, so the
     metric files are those of a one-process run.
     """
+
+
+# -- presentation -----------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def causalab_run_html(run: Any) -> str | None:
+    """Return HTML that shows ``run`` (a ``LoadedRun``) inline in a notebook, or None (causalab-report's).
+
+    Called by ``LoadedRun._repr_html_``: the run's heatmaps, rows and provenance, with nothing fetched from a
+    network; a run kept in memory (``run(out=None)``) as well as a folder. Core shows a plain summary table
+    where no plugin answers.
+    """
+
+
+@hookspec(firstresult=True)
+def causalab_run_figure(run: Any, metric: str | None) -> Any:
+    """Return a matplotlib ``Figure`` of ``metric`` over ``run``'s sweep (default: its first metric), or None.
+
+    Called by ``LoadedRun.plot``; the figure is not saved anywhere (``causalab plot`` saves one per metric).
+    """

@@ -131,7 +131,11 @@ def compare(a: str | Path, b: str | Path) -> dict[str, Any]:
     whose summary means differ) and ``intervals_apart`` (those points, among them, whose 95% bootstrap
     intervals do not overlap: a difference beyond what resampling the rows gives).
     """
-    left, right = load(a), load(b)
+    return compare_runs(load(a), load(b))
+
+
+def compare_runs(left: LoadedRun, right: LoadedRun) -> dict[str, Any]:
+    """``compare`` of two runs already read (a folder's, or one kept in memory)."""
     files_a, files_b = _by_file(left), _by_file(right)
     rows_a, rows_b = _grouped(left.records["rows"]), _grouped(right.records["rows"])
     metrics: dict[str, dict[str, Any]] = {}

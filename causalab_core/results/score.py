@@ -168,10 +168,23 @@ def score(plan: Plan, outputs: dict[str, dict[str, Any]], registry: Registry) ->
                 "values": _number(values.rows),
                 "eligible": eligible,
                 "reasons": reasons,
+                **predicted(steps[metric.step], {role: steps[path] for role, path in metric.runs.items()}, outputs),
                 "positions": positions_record(point, shown),
             }
             results.append(MetricResult(point, metric.name, content))
     return results
+
+
+def predicted(scored: Any, runs: dict[str, Any], outputs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``{"predicted": {run: [token id per row]}}``: the top next token of the intervened run the metric scores
+    and of the clean (``base``) run where the metric reads one; nothing where the engine brought no ``top`` back,
+    or where the values are estimates (an estimated point has no intervened run)."""
+    shown = {}
+    for role, step in (("intervened", scored), ("base", runs.get("base"))):
+        top = outputs.get(step.path, {}).get("top") if step is not None and not getattr(step, "estimate", None) else None
+        if top is not None:
+            shown[role] = [int(t) for t in top.tolist()]
+    return {"predicted": shown} if shown else {}
 
 
 def metric_estimate(method: str, metric: Any, params: Any, inputs: MetricInputs, got: dict[str, Any]) -> dict:

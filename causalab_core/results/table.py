@@ -18,7 +18,7 @@ from causalab_core.results.score import NOT_A_NUMBER, _number
 TOP_FILES = {"document.json", "run.json", MANIFEST, "data.jsonl"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class LoadedRun:
     """What ``causalab_core.load`` returns. Each table is a pandas DataFrame where pandas is installed,
     else a list of plain records (dicts); ``records`` always holds the plain ones."""
@@ -31,6 +31,9 @@ class LoadedRun:
     records: dict[str, list[dict[str, Any]]]
     files: dict[str, bytes] = field(default_factory=dict, repr=False)
     """Every file the manifest lists, by path, as checked against it: what the tables were read from."""
+    orders: dict[str, list[Any]] = field(default_factory=dict, repr=False)
+    """Per position axis (one a read's or write's position takes), its values in prompt order: the tables'
+    column of it is an ordered categorical, so a pivot or a sort puts positions as the prompt has them."""
 
     def save(self, out: str | Path, *, force: bool = False) -> Path:
         """Write the run's folder to ``out``: byte for byte the folder a run with ``out`` writes (its manifest
@@ -40,30 +43,105 @@ class LoadedRun:
         write_folder(Path(out), dict(self.files), force)
         return Path(out)
 
+    def __repr__(self) -> str:
+        from causalab_core.results.view import text
+
+        return text(self)
+
+    def _repr_html_(self) -> str:
+        from causalab_core.results.view import html
+
+        return html(self)
+
+    def plot(self, metric: str | None = None) -> Any:
+        """A matplotlib figure of ``metric`` over the sweep (default: the first metric), from the installed report
+        plugin (causalab-report): a heatmap over two axes, a line over one."""
+        from causalab_core.results.view import figure
+
+        return figure(self, metric)
+
     @property
     def rows(self) -> Any:
         """One row per point x data row x metric: the point's axis values, ``point``, ``metric``, ``kind``,
         ``row`` (0-based, in data order), ``eligible``, ``reason`` (why a row was not scored: a position's
         reason code, ``answers_coincide``; None where it was) and ``value`` (None where the row was not scored)."""
-        return _frame(self.records["rows"])
+        return _frame(self.records["rows"], self.orders)
 
     @property
     def summaries(self) -> Any:
         """One row per point x metric: the axis values, ``point``, ``metric``, ``kind`` and each summary field."""
-        return _frame(self.records["summaries"])
+        return _frame(self.records["summaries"], self.orders)
+
+    @property
+    def positions(self) -> Any:
+        """The positions record: one row per point x read or write x data row: the axis values, ``point``,
+        ``name`` (the read's or write's), ``role``, ``input``, ``row``, ``window`` (token indices), ``tokens`` and
+        ``reason`` (why it did not resolve; None where it did). Built when asked for, from the metric files."""
+        found, firsts = [], {}
+        for summary in self.records["summaries"]:
+            firsts.setdefault(summary["point"], summary)
+        for summary in firsts.values():
+            point, metric = summary["point"], summary["metric"]  # a point's metric files share one record
+            where = {_axis(a): summary[_axis(a)] for a in self.axes}
+            content = json.loads(self.files[f"{point}/{metric}.json" if point else f"{metric}.json"])
+            for name, record in (content.get("positions") or {}).items():
+                for i, row in enumerate(record.get("rows") or []):
+                    found.append({**where, "point": point, "name": name, "role": record.get("role"),
+                                  "input": record.get("input"), "row": i, "window": row.get("window"),
+                                  "tokens": row.get("tokens"), "reason": row.get("reason")})
+        return _frame(found, self.orders)
 
     @property
     def featurizers(self) -> Any:
         """One row per trained featurizer file: the axis values, ``point``, ``name``, ``file`` and its identity."""
-        return _frame(self.records["featurizers"])
+        return _frame(self.records["featurizers"], self.orders)
 
 
-def _frame(records: list[dict[str, Any]]) -> Any:
+def _frame(records: list[dict[str, Any]], orders: dict[str, list[Any]] | None = None) -> Any:
     try:
         import pandas
     except ImportError:
         return records
-    return pandas.DataFrame.from_records(records)
+    frame = pandas.DataFrame.from_records(records)
+    for column, order in (orders or {}).items():
+        if column in frame.columns:
+            frame[column] = pandas.Categorical(frame[column], categories=order, ordered=True)
+    return frame
+
+
+def position_axes(document: dict[str, Any]) -> dict[str, list[str]]:
+    """Each sweep axis a read's or write's position takes: the names of those reads and writes."""
+    found: dict[str, list[str]] = {}
+    for part in ("writes", "reads"):
+        for name, spec in (document.get(part) or {}).items():
+            position = spec.get("position") if isinstance(spec, dict) else None
+            if isinstance(position, dict) and set(position) == {"sweep"}:
+                found.setdefault(position["sweep"], []).append(name)
+    return found
+
+
+def prompt_order(document: dict[str, Any], shown: dict[str, list[Any]], contents: list) -> dict[str, list[Any]]:
+    """Per position axis, its shown values sorted by where they land in the prompt: the mean first token index
+    of the windows they resolve to (from the metric files' positions records); the sweep's order breaks ties,
+    and a value that resolves on no row comes last."""
+    orders = {}
+    for axis, names in position_axes(document).items():
+        if axis not in shown:
+            continue
+        where: dict[int, float] = {}
+        for _, content in contents:
+            place = _place(document["sweep"][axis], (content.get("point") or {}).get(axis))
+            if place is None or place in where:
+                continue
+            records = content.get("positions") or {}
+            starts = [row["window"][0] for name in names for row in (records.get(name) or {}).get("rows") or []
+                      if isinstance(row, dict) and row.get("window")]
+            if starts and all(isinstance(x, int) for x in starts):
+                where[place] = sum(starts) / len(starts)
+        values = shown[axis]
+        ranked = sorted(range(len(values)), key=lambda i: (i not in where, where.get(i, 0.0), i))
+        orders[_axis(axis)] = list(dict.fromkeys(values[i] for i in ranked))
+    return orders
 
 
 def _json(folder: Path, rel: str, data: bytes) -> Any:
@@ -202,7 +280,8 @@ def _tables(files: dict[str, bytes], folder: Path) -> LoadedRun:
         where = {**points.get(point, {}), "point": point, "name": Path(rel).stem, "file": rel}
         featurizers.append({**where, **{k: v for k, v in identity.items() if k not in where}})
     return LoadedRun(folder, document, _json(folder, "run.json", files["run.json"]), axes,
-                     {"rows": rows, "summaries": summaries, "featurizers": featurizers}, files)
+                     {"rows": rows, "summaries": summaries, "featurizers": featurizers}, files,
+                     prompt_order(document, shown, contents))
 
 
 def estimate_columns(content: dict[str, Any]) -> dict[str, Any]:

@@ -13,3 +13,17 @@ def causalab_commands(app: Any) -> None:
 
     for name, command in COMMANDS.items():
         app.command(name)(command)
+
+
+@hookimpl
+def causalab_run_html(run: Any) -> str:
+    from causalab_report.page import inline
+
+    return inline(run)
+
+
+@hookimpl
+def causalab_run_figure(run: Any, metric: str | None) -> Any:
+    from causalab_report.plot import figure
+
+    return figure(run, metric)

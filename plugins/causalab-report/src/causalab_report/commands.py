@@ -16,16 +16,22 @@ def report(
         "--compare", help="Another run's output folder: the two side by side, and what differs.")] = None,
     data: Annotated[Optional[Path], typer.Option(
         "--data", help="The data file (JSONL) of a run whose rows came from a path (checked against run.json).")] = None,
+    out: Annotated[Optional[Path], typer.Option(
+        "--out", "-o", help="Write the page to this new file instead of into FOLDER (an existing file is refused).")] = None,
+    tolerance: Annotated[float, typer.Option(
+        help="With --compare: row values that differ by at most this much count as equal (the page says so).",
+        min=0.0)] = 1e-6,
     verbose: Verbose = False,
 ) -> None:
-    """Write FOLDER/report.html: one self-contained page (no network) with each metric over the sweep,
-    each point's rows with their prompts' tokens and windows, and the run's provenance."""
+    """Write FOLDER/report.html: one self-contained page (no network) with what was done, each metric over the
+    sweep, each point's rows with their prompts' tokens, windows and predicted tokens, and the run's provenance.
+    With --compare B: FOLDER/compare-B.html, the two runs side by side and what differs."""
     from causalab_core.cli import err, reported
 
     from causalab_report.page import write_report
 
     with reported(verbose):
-        path, notes = write_report(folder, compare, data)
+        path, notes = write_report(folder, compare, data, out, tolerance)
     print(path)
     for note in notes:
         err.print(f"causalab: {note}", markup=False)

@@ -20,11 +20,21 @@ from causalab_core.errors import OutputError
 from causalab_core.results.added import add_file
 from causalab_core.results.table import LoadedRun, load
 
+from causalab_report.done import command, done_html, written
 from causalab_report.plot import _position_axes, _token as _token_label
-from causalab_report.prompts import data_rows, mismatch, prompt_tokens
+from causalab_report.prompts import data_rows, decode_predicted, mismatch, prompt_tokens
 
 PAGE = "report.html"
 """The file ``causalab report`` adds to the run's folder."""
+
+
+def where(run: LoadedRun) -> Path:
+    """How the page and its messages name a run: its folder, or ``(in memory)`` for ``run(out=None)``'s."""
+    return run.folder if run.folder is not None else Path("(in memory)")
+
+
+def _title(run: LoadedRun) -> str:
+    return run.document.get("name") or where(run).name
 
 
 def _metric_file(point: str, metric: str) -> str:
@@ -55,7 +65,7 @@ def run_payload(run: LoadedRun, data_file: Path | None = None) -> tuple[dict[str
     """What the page draws of one run, and notes for the terminal (what it cannot show, and why)."""
     document, notes = run.document, []
     if not isinstance(document.get("metrics"), dict) or not document["metrics"]:
-        raise OutputError(f"{run.folder / 'document.json'}: not a document causalab wrote (no metrics)")
+        raise OutputError(f"{where(run) / 'document.json'}: not a document causalab wrote (no metrics)")
     sweep = document.get("sweep") or {}
     axes = list(sweep)
     labels = {a: [axis_label(v) for v in values] for a, values in sweep.items()}
@@ -67,6 +77,7 @@ def run_payload(run: LoadedRun, data_file: Path | None = None) -> tuple[dict[str
     summary: dict[str, list] = {m: [] for m in metric_names}
     values: dict[str, list] = {m: [] for m in metric_names}
     reasons: dict[str, list] = {m: [] for m in metric_names}
+    predicted: dict[str, list] = {m: [] for m in metric_names}
     records: list[dict[str, Any]] = []
     record_index: dict[str, int] = {}
     at_point, coords = [], []
@@ -80,6 +91,7 @@ def run_payload(run: LoadedRun, data_file: Path | None = None) -> tuple[dict[str
             values[m].append(content["values"])
             rows_count = max(rows_count, len(content["values"]))
             reasons[m].append({str(i): r for i, r in enumerate(content.get("reasons") or []) if r is not None})
+            predicted[m].append(content.get("predicted") if isinstance(content.get("predicted"), dict) else None)
         # A point's positions record and coordinates: its metric files share them, the first one says.
         positions = contents[0].get("positions") or {}
         point_records = []
@@ -112,7 +124,8 @@ def run_payload(run: LoadedRun, data_file: Path | None = None) -> tuple[dict[str
         prompts_note = mismatch(prompts, records)
         if prompts_note:
             prompts = None
-    for note in (rows_note, prompts_note):
+    predicted_tokens, predicted_note = decode_predicted(run, predicted)
+    for note in (rows_note, prompts_note, predicted_note):
         if note:
             notes.append(note)
     undefined = {m: sum(1 for s in summary[m] if not _finite(s.get("mean"))) for m in metric_names}
@@ -120,12 +133,12 @@ def run_payload(run: LoadedRun, data_file: Path | None = None) -> tuple[dict[str
         if count:
             notes.append(f"{m}: {count} of {len(points)} points have no defined value (shown as n/a)")
     payload = {
-        "title": document.get("name") or run.folder.name, "description": document.get("description") or "",
-        "folder": str(run.folder), "axes": axes, "labels": labels, "ticks": ticks, "metrics": metrics,
+        "title": _title(run), "description": document.get("description") or "",
+        "folder": str(where(run)), "axes": axes, "labels": labels, "ticks": ticks, "metrics": metrics,
         "points": [{"name": point, "at": c} for point, c in zip(points, coords)],
         "summary": summary, "values": values, "reasons": reasons, "records": records, "at_point": at_point,
         "rows": rows_count, "data": rows, "data_note": rows_note, "inputs": list(document.get("inputs") or []),
-        "prompts": prompts, "prompts_note": prompts_note,
+        "prompts": prompts, "prompts_note": prompts_note, "predicted": predicted_tokens,
         "featurizers": [{k: v for k, v in f.items()} for f in run.records["featurizers"]],
     }
     return payload, notes
@@ -135,19 +148,25 @@ def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _differs(x: Any, y: Any) -> bool:
-    return not (x == y and type(x) is type(y) or (_finite(x) and _finite(y) and x == y))
+def _differs(x: Any, y: Any, tolerance: float = 0.0) -> bool:
+    """Whether two row values differ: by more than ``tolerance`` where both are numbers, else at all."""
+    if _finite(x) and _finite(y):
+        return abs(x - y) > tolerance
+    return not (x == y and type(x) is type(y))
 
 
-def compare_payload(a: LoadedRun, b: LoadedRun, report: dict[str, Any], line: str) -> dict[str, Any]:
+def compare_payload(a: LoadedRun, b: LoadedRun, report: dict[str, Any], line: str,
+                    tolerance: float = 0.0) -> dict[str, Any]:
     """What the page shows of run B beside run A: B's summaries at A's points, B's rows where its metric
-    file differs, the rows that differ and the IIA rows that flipped (``causalab_core.results.compare``'s)."""
+    file differs, the rows that differ by more than ``tolerance`` and the IIA rows that flipped
+    (``causalab_core.results.compare``'s); ``hidden`` counts the points whose rows differ by no more."""
     points = list(dict.fromkeys(s["point"] for s in a.records["summaries"]))
     theirs = set(dict.fromkeys(s["point"] for s in b.records["summaries"]))
     summary_b: dict[str, list] = {}
     values_b: dict[str, dict[str, list]] = {}
     reasons_b: dict[str, dict[str, dict]] = {}
     differs: dict[str, dict[str, list[int]]] = {}
+    hidden = 0
     for m in a.document["metrics"]:
         summary_b[m] = []
         for p, point in enumerate(points):
@@ -161,8 +180,11 @@ def compare_payload(a: LoadedRun, b: LoadedRun, report: dict[str, Any], line: st
                 continue
             rows = [i for i in range(max(len(mine["values"]), len(other["values"])))
                     if i >= len(mine["values"]) or i >= len(other["values"])
-                    or _differs(mine["values"][i], other["values"][i])
+                    or _differs(mine["values"][i], other["values"][i], tolerance)
                     or mine["eligible"][i] != other["eligible"][i]]
+            if not rows:
+                hidden += 1
+                continue
             values_b.setdefault(m, {})[str(p)] = other["values"]
             reasons_b.setdefault(m, {})[str(p)] = {str(i): r for i, r in enumerate(other.get("reasons") or [])
                                                     if r is not None}
@@ -170,11 +192,12 @@ def compare_payload(a: LoadedRun, b: LoadedRun, report: dict[str, Any], line: st
     index = {point: p for p, point in enumerate(points)}
     flips = {m: {str(index[point]): rows for point, rows in entry["flips"].items() if point in index}
              for m, entry in report["metrics"].items() if entry.get("flips")}
-    return {"title": b.document.get("name") or b.folder.name, "folder": str(b.folder), "line": line,
+    return {"title": _title(b), "folder": str(where(b)), "line": line,
             "identical": report["identical"], "same_experiment": report["same_experiment"],
             "experiment": report["experiment"], "metrics": report["metrics"],
             "only_in_a": report["only_in_a"], "only_in_b": report["only_in_b"],
-            "summary": summary_b, "values": values_b, "reasons": reasons_b, "differs": differs, "flips": flips}
+            "summary": summary_b, "values": values_b, "reasons": reasons_b, "differs": differs, "flips": flips,
+            "tolerance": tolerance, "hidden": hidden}
 
 
 # ---------------------------------------------------------------- provenance (drawn here, as plain HTML)
@@ -211,7 +234,9 @@ def provenance(run: LoadedRun) -> list[tuple[str, str, str]]:
     """(label, value, full value for its tooltip) of what the run ran on, in the order a reader asks."""
     r = run.run if isinstance(run.run, dict) else {}
     model = run.document.get("model") or {}
-    items = [("engine", f"{r.get('engine')}{' (remote)' if r.get('remote') else ''}", "")]
+    items = [("command", command(run), "the command that runs this document again as this run ran it"),
+             ("written", written(run), ""),
+             ("engine", f"{r.get('engine')}{' (remote)' if r.get('remote') else ''}", "")]
     if isinstance(r.get("estimate"), dict):  # the values are attribution's first-order estimates, not patched runs
         confirmed = r["estimate"].get("confirmed") or {}
         agreement = (f"; top {confirmed.get('top')} patched for real, spearman {confirmed.get('spearman')}"
@@ -258,7 +283,7 @@ def _provenance_html(run: LoadedRun, side: str) -> str:
                    for label, value, full in provenance(run))
     warned = "".join(f"<li>{e(w)}</li>" for w in warnings(run.run if isinstance(run.run, dict) else {}))
     box = f'<ul class="warnings" data-side="{side}">{warned}</ul>' if warned else ""
-    return (f'<div class="prov" data-side="{side}"><h3>{e(side)}: {e(str(run.folder))}</h3>{box}'
+    return (f'<div class="prov" data-side="{side}"><h3>{e(side)}: {e(str(where(run)))}</h3>{box}'
             f'<table class="kv">{rows}</table></div>')
 
 
@@ -272,7 +297,7 @@ def _embedded(payload: dict[str, Any]) -> str:
     return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
 
 
-def render(payload: dict[str, Any], head: str) -> str:
+def render(payload: dict[str, Any], head: str, done: str = "") -> str:
     """The page: provenance (plain HTML, readable without the script), the payload, the style and the script."""
     e = html.escape
     title = payload["title"] + (f" vs {payload['compare']['title']}" if payload.get("compare") else "")
@@ -281,24 +306,77 @@ def render(payload: dict[str, Any], head: str) -> str:
         f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{e(title)} · causalab report</title>"
         f"<style>{_asset('report.css')}</style></head>\n<body>\n"
         f"<header><h1>{e(title)}</h1><p class=\"description\">{e(payload['description'])}</p>"
-        f"<div class=\"provenance\">{head}</div></header>\n"
+        f"{done}<div class=\"provenance\">{head}</div></header>\n"
         "<main id=\"app\"><noscript>The heatmaps and rows need JavaScript.</noscript></main>\n"
         f"<div id=\"tip\" role=\"tooltip\" hidden></div>\n"
         f"<script type=\"application/json\" id=\"report-data\">{_embedded(payload)}</script>\n"
         f"<script>{_asset('report.js')}</script>\n</body></html>\n")
 
 
-def write_report(folder: Path, compare_with: Path | None = None, data_file: Path | None = None) -> tuple[Path, list[str]]:
-    """Write ``<folder>/report.html`` (listed in its manifest, added atomically) and return its path and
-    notes. With ``compare_with``: that run beside this one, and what differs (``causalab_core.results.compare``)."""
-    run = load(folder)
-    payload, notes = run_payload(run, data_file)
-    head = _provenance_html(run, "A" if compare_with is not None else "run")
-    if compare_with is not None:
-        from causalab_core.results.compare import compare, describe
+TOLERANCE = 1e-6
+"""``--compare``: a row whose values differ by at most this much (absolute) is not listed as a difference."""
 
-        other = load(compare_with)
-        report = compare(folder, compare_with)
-        payload["compare"] = compare_payload(run, other, report, describe(report, "A", "B"))
+
+def page_html(run: LoadedRun, other: LoadedRun | None = None, data_file: Path | None = None,
+              tolerance: float = TOLERANCE) -> tuple[str, list[str]]:
+    """The page of ``run`` (a folder's, or one kept in memory), and notes; with ``other``: that run beside it, and
+    what differs by more than ``tolerance`` (``causalab_core.results.compare``)."""
+    payload, notes = run_payload(run, data_file)
+    head = _provenance_html(run, "A" if other is not None else "run")
+    if other is not None:
+        from causalab_core.results.compare import compare_runs, describe
+
+        report = compare_runs(run, other)
+        payload["compare"] = compare_payload(run, other, report, describe(report, "A", "B"), tolerance)
         head += _provenance_html(other, "B")
-    return add_file(folder, PAGE, render(payload, head).encode("utf-8")), notes
+    return render(payload, head, done_html(run)), notes
+
+
+def inline(run: LoadedRun) -> str:
+    """The page inside an iframe, for a notebook cell: its script runs in its own document, nothing fetched."""
+    page, _ = page_html(run)
+    return (f'<iframe srcdoc="{html.escape(page, quote=True)}" sandbox="allow-scripts" '
+            'style="width:100%;height:720px;border:1px solid #ddd"></iframe>')
+
+
+def compare_name(other: Path) -> str:
+    """The page ``--compare`` adds to A's folder: named after B's, so that comparing with C keeps it."""
+    stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in other.resolve().name)[:80] or "run"
+    return f"compare-{stem}.html"
+
+
+def write_report(folder: Path, compare_with: Path | None = None, data_file: Path | None = None,
+                 out: Path | None = None, tolerance: float = TOLERANCE) -> tuple[Path, list[str]]:
+    """Write the page and return its path and notes: ``<folder>/report.html``, or with ``compare_with``
+    ``<folder>/compare-<B>.html`` (either listed in the folder's manifest, added atomically); with ``out``, that
+    file instead (refused where it exists)."""
+    run = load(folder)
+    other = load(compare_with) if compare_with is not None else None
+    page, notes = page_html(run, other, data_file, tolerance)
+    data = page.encode("utf-8")
+    if out is not None:
+        return write_new(out, data), notes
+    return add_file(folder, PAGE if compare_with is None else compare_name(compare_with), data), notes
+
+
+def write_new(path: Path, data: bytes) -> Path:
+    """Write ``data`` to a file that does not exist yet (never over one a user has), all of it or nothing."""
+    import os
+    import tempfile
+
+    if path.exists() or path.is_symlink():
+        raise OutputError(f"--out {path}: exists; name a new file (nothing a user has is overwritten)")
+    if not path.parent.is_dir():
+        raise OutputError(f"--out {path}: no folder {path.parent}")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.link(tmp, path)  # fails where the name was taken meanwhile: never replaces it
+    except FileExistsError:
+        raise OutputError(f"--out {path}: exists; name a new file (nothing a user has is overwritten)") from None
+    except OSError as exc:
+        raise OutputError(f"--out {path}: cannot write it: {exc.strerror or exc}") from None
+    finally:
+        os.unlink(tmp)
+    return path

@@ -22,13 +22,17 @@ TOKEN_CHARS = 16
 """A position's token in a tick label is cut to about this many characters."""
 
 
+def _where(run: LoadedRun) -> Path:
+    return run.folder if run.folder is not None else Path("(in memory)")
+
+
 def run_document(folder: Path) -> dict[str, Any]:
     """The validated document a finished run wrote, as JSON (checked against the run's manifest)."""
     return _document(load(folder))
 
 
 def _document(run: LoadedRun) -> dict[str, Any]:
-    path, document = run.folder / "document.json", run.document
+    path, document = _where(run) / "document.json", run.document
     if not isinstance(document, dict) or not isinstance(document.get("metrics"), dict):
         raise OutputError(f"{path}: not a document causalab wrote (no metrics)")
     for axis, values in (document.get("sweep") or {}).items():
@@ -48,7 +52,7 @@ def _mean(value: Any) -> float | None:
 
 def sweep_table(run: LoadedRun, metric: str, document: dict[str, Any]) -> tuple[list[str], dict[tuple, float | None]]:
     """The sweep's axes and each point's summary mean (None where undefined), keyed by axis labels."""
-    folder = run.folder
+    folder = _where(run)
     if metric not in document["metrics"]:
         raise OutputError(f"{folder}: the run has no metric {echo(metric)} "
                           f"(it has {shorten(', '.join(map(str, document['metrics'])))})")
@@ -126,23 +130,44 @@ def token_labels(run: LoadedRun, metric: str, document: dict[str, Any]) -> dict[
 
 def plot_metric(folder: Path, metric: str, document: dict[str, Any] | None = None,
                 notes: list[str] | None = None, run: LoadedRun | None = None) -> Path:
-    """Write ``<folder>/<metric>.png``: a heatmap over two axes, a line over one.
+    """Write ``<folder>/<metric>.png``: ``figure``'s drawing of ``metric``."""
+    fig = figure(run or load(folder), metric, document, notes)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", metadata={"Software": None})
+    return add_file(folder, f"{metric}.png", png.getvalue())
+
+
+def signed_centre(means: dict[tuple, float | None], run: LoadedRun, metric: str) -> float | None:
+    """Where a signed metric's diverging scale is centred: the clean run's mean where the run estimated one,
+    else zero; None for a metric with no value below zero (drawn on viridis, low to high)."""
+    values = [v for v in means.values() if v is not None]
+    if not values or min(values) >= 0:
+        return None
+    clean = next((s.get("clean_mean") for s in run.records["summaries"]
+                  if s["metric"] == metric and isinstance(s.get("clean_mean"), (int, float))), None)
+    return float(clean) if clean is not None else 0.0
+
+
+def figure(run: LoadedRun, metric: str | None = None, document: dict[str, Any] | None = None,
+           notes: list[str] | None = None) -> Any:
+    """``metric`` (default: the first) over the sweep as a matplotlib ``Figure``: a heatmap over two axes (a
+    signed metric on a diverging scale centred on the clean value, or zero), a line over one.
 
     A point whose mean is undefined is drawn as ``n/a``; where no point has one the figure says so, and
-    so does a line added to ``notes``."""
-    import matplotlib
+    so does a line added to ``notes``. The figure belongs to no pyplot state: nothing is shown or kept open."""
+    from matplotlib.colors import CenteredNorm
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    run = run or load(folder)
     document = document or _document(run)
+    metric = metric if metric is not None else next(iter(document["metrics"]))
+    folder = _where(run)
     axes, means = sweep_table(run, metric, document)
     tokens = token_labels(run, metric, document)
     values = {a: [axis_label(v) for v in document["sweep"][a]] for a in axes}
     ticks = {a: [tokens.get(a, {}).get(v, v) for v in values[a]] for a in axes}
     undefined = sum(1 for v in means.values() if v is None)
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
+    fig = Figure(figsize=(7, 4), dpi=120)
+    ax = fig.subplots()
     if len(axes) == 1:
         xs = values[axes[0]]
         ys = [means.get((x,)) for x in xs]
@@ -162,14 +187,18 @@ def plot_metric(folder: Path, metric: str, document: dict[str, Any] | None = Non
         rows, cols = values[axes[1]], values[axes[0]]
         grid = [[means.get(_key(axes, {axes[0]: c, axes[1]: r}, values)) for c in cols] for r in rows]
         grid = [[float("nan") if v is None else v for v in row] for row in grid]
-        image = ax.imshow(grid, aspect="auto", cmap="viridis", origin="lower")
+        centre = signed_centre(means, run, metric)
+        image = ax.imshow(grid, aspect="auto", origin="lower", **(
+            {"cmap": "viridis"} if centre is None else {"cmap": "RdBu_r", "norm": CenteredNorm(vcenter=centre)}))
         ax.set_xticks(range(len(cols)), ticks[axes[0]], **LITERAL, **_slanted(axes[0], tokens))
         ax.set_yticks(range(len(rows)), ticks[axes[1]], **LITERAL)
         ax.set_xlabel(axes[0], **LITERAL)
         ax.set_ylabel(axes[1], **LITERAL)
         for i, row in enumerate(grid):
             for j, v in enumerate(row):
-                shown, light = (f"{v:.2f}", image.norm(v) < 0.5) if v == v else ("n/a", False)
+                shade = image.norm(v) if v == v else 0.5  # a diverging scale is dark at both ends
+                light = shade < 0.5 if centre is None else abs(shade - 0.5) > 0.3
+                shown = f"{v:.2f}" if v == v else "n/a"
                 if v == v or undefined < len(means):
                     ax.text(j, i, shown, ha="center", va="center", fontsize=7, color="w" if light else "k")
         fig.colorbar(image, ax=ax).set_label(metric, **LITERAL)
@@ -185,10 +214,7 @@ def plot_metric(folder: Path, metric: str, document: dict[str, Any] | None = Non
         notes.append(f"{metric}: {undefined} of {len(means)} points have no defined value (drawn as n/a)")
     ax.set_title(f"{document.get('name') or folder.name}: {metric}", **LITERAL)
     fig.tight_layout()
-    png = io.BytesIO()
-    fig.savefig(png, format="png", metadata={"Software": None})
-    plt.close(fig)
-    return add_file(folder, f"{metric}.png", png.getvalue())
+    return fig
 
 
 def _slanted(axis: str, tokens: dict[str, dict[str, str]]) -> dict[str, Any]:

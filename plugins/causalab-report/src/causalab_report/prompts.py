@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from types import SimpleNamespace
+from functools import lru_cache
 from typing import Any
 
 from causalab_core.errors import OutputError, echo, shorten
@@ -38,7 +39,7 @@ def data_rows(run: LoadedRun, data_file: Path | None = None) -> tuple[list[dict[
     data = run.document.get("data") if isinstance(run.document.get("data"), dict) else {}
     if data_file is None:
         if "data.jsonl" in run.files:
-            return _jsonl(run.files["data.jsonl"], str(run.folder / "data.jsonl")), None
+            return _jsonl(run.files["data.jsonl"], str((run.folder or Path("(in memory)")) / "data.jsonl")), None
         if isinstance(data.get("rows"), list):
             return list(data["rows"]), None
     path = data_file if data_file is not None else (Path(data["path"]) if isinstance(data.get("path"), str) else None)
@@ -61,6 +62,12 @@ def data_rows(run: LoadedRun, data_file: Path | None = None) -> tuple[list[dict[
 
 
 def _tokenizer(document: dict[str, Any]) -> Any:
+    model = document.get("model") or {}
+    return _tokenizer_of(model.get("key"), model.get("revision"))
+
+
+@lru_cache(maxsize=4)
+def _tokenizer_of(key: Any, revision: Any) -> Any:
     """The model's tokenizer, from this machine only (a models plugin, a local folder or the HF cache).
 
     Only the plugins' ``causalab_model_source`` hook is asked: building the whole registry would import
@@ -72,8 +79,7 @@ def _tokenizer(document: dict[str, Any]) -> Any:
     manager.load_setuptools_entrypoints(PROJECT)
     hook = manager.hook.causalab_model_source
     models = SimpleNamespace(model_source=lambda key, revision: hook(key=key, revision=revision))
-    model = document.get("model") or {}
-    source = resolve_source(model.get("key"), model.get("revision"), models)
+    source = resolve_source(key, revision, models)
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(source, local_files_only=True)
@@ -117,3 +123,26 @@ def mismatch(prompts: dict[str, list[list[str]]], records: list[dict[str, Any]])
                 return (f"the prompts' tokens are not shown: this machine's tokenizer does not give the tokens "
                         f"the run's positions record has ({record['name']!r}, row {r})")
     return None
+
+
+def decode_predicted(run: LoadedRun, predicted: dict[str, list]) -> tuple[dict[str, list] | None, str | None]:
+    """The metric files' predicted token ids (``{metric: [{run: [id per row]} or None per point]}``) as the tokens
+    they are, and a note where they cannot be shown (no tokenizer here; a run whose engine recorded none)."""
+    if not any(entry for entries in predicted.values() for entry in entries):
+        return None, None
+    try:
+        tokenizer = _tokenizer(run.document)
+    except Exception as exc:  # noqa: BLE001 - the page still shows the values
+        line = exc.one_line() if hasattr(exc, "one_line") else f"{type(exc).__name__}: {exc}"
+        return None, f"the predicted tokens are not shown (the model's tokenizer is not on this machine: {shorten(line, 160)})"
+    decoded: dict[int, str] = {}
+
+    def token(i: Any) -> Any:
+        if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < len(tokenizer):
+            return None  # not an id of this tokenizer: shown as null, never guessed
+        if i not in decoded:
+            decoded[i] = tokenizer.decode([i])
+        return decoded[i]
+
+    return {metric: [{role: [token(i) for i in ids] for role, ids in entry.items() if isinstance(ids, list)}
+                     if entry else None for entry in entries] for metric, entries in predicted.items()}, None

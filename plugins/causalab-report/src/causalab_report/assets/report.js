@@ -89,9 +89,21 @@
     if (!vs.length) return null;
     let lo = Math.min(...vs), hi = Math.max(...vs);
     if (side === "diff") { const m = Math.max(Math.abs(lo), Math.abs(hi)) || 1; return [-m, m]; }
+    const c = centre(metric);
+    if (c !== null) { const m = Math.max(Math.abs(lo - c), Math.abs(hi - c)) || 1; return [c - m, c + m]; }
     if (lo === hi) { lo -= 0.5; hi += 0.5; }
     return [lo, hi];
   }
+  // A signed metric (a value below zero at some point or row) is drawn on a diverging scale centred on the
+  // clean run's value where the run has one (an estimate's clean mean), else on zero.
+  function centre(metric) {
+    const sums = D.summary[metric].concat(C && C.summary[metric] ? C.summary[metric] : []);
+    const clean = sums.map((s) => s && s.clean_mean).find(finite);
+    const signed = sums.some((s) => s && finite(s.mean) && s.mean < 0) ||
+      D.values[metric].some((vs) => vs.some((v) => finite(v) && v < 0));
+    return signed ? (finite(clean) ? clean : 0) : null;
+  }
+  function halfWidth(s) { return s && finite(s.mean_low) && finite(s.mean_high) ? (s.mean_high - s.mean_low) / 2 : null; }
   function textWidth(s) { return 6.3 * String(s).length; }
   function niceStep(raw) {
     const power = Math.pow(10, Math.floor(Math.log10(raw)));
@@ -107,7 +119,8 @@
     const bottom = (slant ? clamp(Math.max(...xt.map(textWidth)) * 0.72 + 16, 30, 170) : 20) + 20;
     const W = left + nx * w + 70, H = 10 + ny * h + bottom;
     const r = range(metric, side);
-    const color = (v) => side === "diff" ? diverging(v / r[1]) : viridis((v - r[0]) / (r[1] - r[0]));
+    const c = side === "diff" ? 0 : centre(metric);
+    const color = (v) => c !== null ? diverging((v - c) / (r[1] - c)) : viridis((v - r[0]) / (r[1] - r[0]));
     const out = ['<svg class="heatmap" data-metric="' + esc(metric) + '" data-side="' + side + '" width="' + W + '" height="' + H + '">'];
     for (let j = 0; j < ny; j++) {
       for (let i = 0; i < nx; i++) {
@@ -120,9 +133,13 @@
         out.push('<rect class="cell" x="' + x + '" y="' + y + '" width="' + (w - 1) + '" height="' + (h - 1) + '" fill="' + fill +
                  '" data-p="' + p + '" data-metric="' + esc(metric) + '" data-value="' + esc(raw === null || raw === undefined ? "" : raw) + '"></rect>');
         if (w >= 30 && h >= 13) {
-          const light = v !== null && r !== null && side !== "diff" && (v - r[0]) / (r[1] - r[0]) < 0.5;
-          out.push('<text class="v" x="' + (x + w / 2 - 0.5) + '" y="' + (y + h / 2 + 3.5) + '" text-anchor="middle" fill="' +
-                   (light ? "#fff" : "#000") + '" style="fill:' + (light ? "#fff" : "#000") + '">' + short(v) + "</text>");
+          const light = v !== null && r !== null && c === null && (v - r[0]) / (r[1] - r[0]) < 0.5;
+          const hw = side === "diff" ? null : halfWidth(side === "B" ? ((C.summary[metric] || [])[p] || {}) : D.summary[metric][p]);
+          const two = hw !== null && h >= 24; // the interval's half-width under the value, readable without hover
+          const ink = (light ? "#fff" : "#000");
+          out.push('<text class="v" x="' + (x + w / 2 - 0.5) + '" y="' + (y + h / 2 + (two ? -1 : 3.5)) + '" text-anchor="middle" fill="' +
+                   ink + '" style="fill:' + ink + '">' + short(v) + "</text>");
+          if (two) out.push('<text class="hw" x="' + (x + w / 2 - 0.5) + '" y="' + (y + h / 2 + 9) + '" text-anchor="middle" font-size="8" style="fill:' + ink + '">±' + hw.toFixed(2) + "</text>");
         }
       }
     }
@@ -144,6 +161,7 @@
         out.push('<rect x="' + cx + '" y="' + (10 + ch - (k + 1) * ch / n) + '" width="12" height="' + (ch / n + 0.5) + '" fill="' + color(v) + '"></rect>');
       }
       out.push('<text x="' + (cx + 15) + '" y="' + (10 + ch) + '">' + short(r[0]) + '</text><text x="' + (cx + 15) + '" y="20">' + short(r[1]) + "</text>");
+      if (c !== null && side !== "diff") out.push('<text class="centre" x="' + (cx + 15) + '" y="' + (10 + ch / 2 + 4) + '">' + short(c) + (finite((D.summary[metric].find((s) => s && finite(s.clean_mean)) || {}).clean_mean) ? " clean" : "") + "</text>");
     } else {
       out.push('<text x="' + (left + 4) + '" y="' + (10 + ny * h / 2) + '">no point has a defined ' + esc(metric) + "</text>");
     }
@@ -290,6 +308,11 @@
     return vs ? vs[row] : D.values[metric][p][row]; // B's file is the same where it is not listed
   }
 
+  function predictedRoles(metric, p) { // the runs whose top next token the metric file records
+    const at = D.predicted && D.predicted[metric] && D.predicted[metric][p];
+    return at ? ["base", "intervened"].filter((role) => at[role]) : [];
+  }
+
   function showRows(metric, p) {
     const st = state[metric] = Object.assign({filter: "all", text: "", sort: "row", dir: 1}, state[metric] || {}, {p: p});
     const box = document.querySelector('.detail[data-metric="' + CSS.escape(metric) + '"]');
@@ -311,6 +334,7 @@
     const head = ['<th data-sort="row">row</th>', '<th data-sort="value">' + esc(metric) + "</th>"]
       .concat(C && C.values[metric] && C.values[metric][p] ? ['<th data-sort="b">B</th>'] : [])
       .concat(['<th data-sort="reason">scored</th>', "<th>answers</th>"])
+      .concat(predictedRoles(metric, p).map((role) => "<th>predicted (" + esc(role) + ")</th>"))
       .concat(others.length ? ["<th>other metrics</th>"] : []).concat(["<th>prompts (windows highlighted)</th>"]);
     const body = rows.slice(0, MAX_ROWS).map((row) => {
       const v = D.values[metric][p][row], reason = D.reasons[metric][p][row];
@@ -319,6 +343,7 @@
       cells.push(v === null ? '<td class="reason">' + esc(reason || "not eligible") + "</td>" : "<td>" + (reason ? '<span class="reason">' + esc(reason) + "</span>" : "yes") + "</td>");
       const answers = D.data && D.data[row] ? m.columns.map((c) => '<div class="ans">' + esc(c) + " <code>" + esc(JSON.stringify(D.data[row][c])) + "</code></div>").join("") : "";
       cells.push("<td>" + answers + "</td>");
+      predictedRoles(metric, p).forEach((role) => cells.push('<td class="pred" data-role="' + esc(role) + '"><code>' + esc(JSON.stringify(D.predicted[metric][p][role][row])) + "</code></td>"));
       if (others.length) cells.push('<td class="others">' + others.map((o) => esc(o) + " " + fmt(D.values[o][p][row])).join("<br>") + "</td>");
       cells.push("<td>" + promptsOf(p, row) + "</td>");
       return '<tr class="row' + (v === null ? " ineligible" : "") + (differs.has(row) ? " differs" : "") + '" data-row="' + row + '">' + cells.join("") + "</tr>";
@@ -430,7 +455,9 @@
       .map(([what, l]) => "<p>" + esc(what) + ": " + esc(l.slice(0, 20).join(", ") + (l.length > 20 ? " and " + (l.length - 20) + " more" : "")) + "</p>").join("");
     sec.innerHTML = "<h2>A vs B</h2><pre class=\"line\">" + esc(C.line) + "</pre>" +
       (list.length ? '<table class="diffs"><thead><tr><th>metric</th><th>point</th><th>A</th><th>B</th><th>B − A</th><th>rows differ</th><th>which rows</th><th>IIA rows flipped</th></tr></thead><tbody>' + rows + "</tbody></table>"
-                   : "<p>No point's metric file differs.</p>") + only;
+                   : "<p>No point's metric file differs.</p>") + only +
+      '<p class="tolerance">Row values that differ by at most ' + C.tolerance + " count as equal" +
+      (C.hidden ? ": " + C.hidden + " point" + (C.hidden === 1 ? "'s" : "s'") + " metric files differ by no more and are not listed." : ".") + "</p>";
     return sec;
   }
 

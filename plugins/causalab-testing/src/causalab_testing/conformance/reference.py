@@ -111,7 +111,7 @@ def independent_forward(plan, featurizers=None, registry=None) -> dict[str, dict
                 continue
             last = torch.stack(scored)
             chosen = last.gather(1, torch.tensor(step.scoring.token_ids))
-            found = {"answer_logits": chosen, "logsumexp": last.logsumexp(-1)}
+            found = {"answer_logits": chosen, "logsumexp": last.logsumexp(-1), "top": last.argmax(-1).to(torch.int32)}
             views = getattr(step.scoring, "views", ("answers",))
             if "ranks" in views:
                 found["answer_ranks"] = (last.unsqueeze(1) > chosen.unsqueeze(2)).sum(-1).to(torch.int32)
