@@ -24,7 +24,8 @@ SHOTS: list[str] = []
 def runs(tmp_path_factory) -> dict[str, Any]:
     """``sweep``: the shipped layer x position sweep (24 points, 60 rows, three IIA metrics); ``line``: the
     same at position -4 only (one axis, 8 points); ``cube``: noise at 2 layers x 2 positions x 2 scales
-    (three axes); ``planted``: a copy of ``sweep`` with one row flipped
+    (three axes); ``signed``: a logit difference over 4 layers x 2 positions (negative and positive);
+    ``nudged``: a copy of ``sweep`` with one value moved by 1e-8; ``planted``: a copy of ``sweep`` with one row flipped
     (``row``, at ``at``: ``PLANTED``); ``compared``: another copy of ``sweep``, for the page comparing it with ``planted``."""
     folder = tmp_path_factory.mktemp("report-runs")
     api.run(SWEEP, out=folder / "sweep", engine="hooks")
@@ -45,6 +46,15 @@ def runs(tmp_path_factory) -> dict[str, Any]:
     cube["sweep"] = {"layer": [0, 1], "pos": [-4, -1], "scale": [1, 8]}
     (folder / "cube.json").write_text(json.dumps(cube))
     api.run(folder / "cube.json", out=folder / "cube", engine="hooks")
+    signed = {**json.loads(SWEEP.read_text()), "name": "weekdays-logit-difference"}
+    signed["metrics"] = {"ld": {"kind": "logit_diff", "target": "label_answer", "other": "base_answer"}}
+    signed["sweep"] = {"layer": [0, 3, 5, 7], "pos": [-4, -1]}
+    (folder / "signed.json").write_text(json.dumps(signed))
+    api.run(folder / "signed.json", out=folder / "signed", engine="hooks")
+    shutil.copytree(folder / "sweep", folder / "nudged")  # one value moved by 1e-8: below --compare's tolerance
+    nudged = json.loads((folder / "nudged" / "layer=0,pos=-7/iia_count.json").read_text())
+    nudged["values"][0] += 1e-8
+    added.add_file(folder / "nudged", "layer=0,pos=-7/iia_count.json", (json.dumps(nudged, indent=1) + "\n").encode())
     shutil.copytree(folder / "sweep", folder / "planted")
     shutil.copytree(folder / "sweep", folder / "compared")  # where the compare page is written
     point, metric = PLANTED
@@ -56,6 +66,7 @@ def runs(tmp_path_factory) -> dict[str, Any]:
     content["summary"]["mean"] = float(format(sum(scored) / len(scored), ".9g"))
     added.add_file(folder / "planted", rel, (json.dumps(content, indent=1) + "\n").encode())
     return {"sweep": folder / "sweep", "line": folder / "line", "cube": folder / "cube", "planted": folder / "planted",
+            "signed": folder / "signed", "nudged": folder / "nudged",
             "row": row, "at": PLANTED,
             "compared": folder / "compared"}
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -48,7 +49,8 @@ def browser():
 def pages(runs):
     """The pages the tests open: the sweep's, the one-axis run's, and the sweep compared with its planted copy."""
     return {"sweep": write_report(runs["sweep"])[0], "line": write_report(runs["line"])[0],
-            "cube": write_report(runs["cube"])[0],
+            "cube": write_report(runs["cube"])[0], "signed": write_report(runs["signed"])[0],
+            "nudged": write_report(runs["sweep"], compare_with=runs["nudged"])[0],
             "compare": write_report(runs["compared"], compare_with=runs["planted"])[0]}
 
 
@@ -214,6 +216,111 @@ def test_the_compare_view_lists_the_planted_difference(browser, pages, runs, sho
     browser.execute_script("arguments[0].scrollIntoView()", detail)
     shoot(browser, "compare-rows")
     quiet(browser, pages["compare"])
+
+
+def test_the_page_says_what_was_done_and_how_to_run_it_again(browser, pages, runs, shoot):
+    from selenium.webdriver.common.by import By
+
+    open_page(browser, pages["cube"])
+    (row,) = browser.find_elements(By.CSS_SELECTOR, "#what table.done tbody tr")
+    cells = dict(zip(["write", "into", "at", "does", "source", "featurizer"],
+                     (td.text for td in row.find_elements(By.TAG_NAME, "td"))))
+    assert cells == {"write": "noise", "into": "the base run",
+                     "at": "block_input, layer each of layer, position each of pos",
+                     "does": "noise (scale each of scale)", "source": "none", "featurizer": "the whole vector"}
+    assert "p_base: p_answer of the base run" in browser.find_element(By.CSS_SELECTOR, "#what ul").text
+    open_page(browser, pages["sweep"])
+    (row,) = browser.find_elements(By.CSS_SELECTOR, "#what table.done tbody tr")
+    said = [td.text for td in row.find_elements(By.TAG_NAME, "td")]
+    assert said[3:] == ["swap", "cf_resid: the counterfactual run at block_input, layer each of layer, position "
+                                "each of pos", "the whole vector"]
+    provenance = {tr.find_element(By.TAG_NAME, "th").text: tr.find_element(By.TAG_NAME, "td").text
+                  for tr in browser.find_elements(By.CSS_SELECTOR, ".prov table.kv tr")}
+    assert provenance["command"] == f"causalab run document.json --engine hooks --out {runs['sweep']}"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", provenance["written"])
+    shoot(browser, "what-was-done")
+    quiet(browser, pages["sweep"])
+
+
+def test_each_row_shows_what_the_intervened_run_predicted(browser, pages, runs, shoot):
+    from selenium.webdriver.common.by import By
+
+    open_page(browser, pages["sweep"])
+    data = payload(browser)
+    rows = [json.loads(line) for line in (runs["sweep"] / "data.jsonl").read_text().splitlines()]
+    # Where the swap moves the whole answer (block 5, last token) the model now says the counterfactual's
+    # answer; where it moves nothing (the count's token in the last block) it still says the base's.
+    for point, column in (("layer=5,pos=-1", "label_answer"), ("layer=7,pos=-7", "base_answer")):
+        p = [q["name"] for q in data["points"]].index(point)
+        browser.find_element(By.CSS_SELECTOR, f'svg.heatmap[data-metric="iia_answer"] rect.cell[data-p="{p}"]').click()
+        detail = browser.find_element(By.CSS_SELECTOR, '.detail[data-metric="iia_answer"]')
+        assert "predicted (intervened)" in detail.find_element(By.TAG_NAME, "thead").text
+        shown = {int(tr.get_attribute("data-row")): json.loads(tr.find_element(By.CSS_SELECTOR, "td.pred").text)
+                 for tr in detail.find_elements(By.CSS_SELECTOR, "tr.row")}
+        assert len(shown) == 60
+        # (a lone token decodes without the space the answer column begins with, as the prompts' tokens do)
+        assert shown == {i: row[column].strip() for i, row in enumerate(rows)}, point
+    browser.execute_script("arguments[0].scrollIntoView()", detail)
+    shoot(browser, "predicted-tokens")
+    quiet(browser, pages["sweep"])
+
+
+def rgb(fill: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", fill))
+
+
+def test_a_signed_metric_is_centred_on_zero_and_intervals_show_without_hover(browser, pages, runs, shoot):
+    from selenium.webdriver.common.by import By
+
+    open_page(browser, pages["signed"])
+    cells = browser.find_elements(By.CSS_SELECTOR, 'svg.heatmap[data-metric="ld"] rect.cell')
+    values = [float(c.get_attribute("data-value")) for c in cells]
+    assert min(values) < 0 < max(values)  # the logit difference is signed here
+    low, high = cells[values.index(min(values))], cells[values.index(max(values))]
+    r, _, b = rgb(low.get_attribute("fill"))
+    assert b > r + 60  # below zero: blue
+    r, _, b = rgb(high.get_attribute("fill"))
+    assert r > b + 60  # above zero: red
+    centre = browser.find_element(By.CSS_SELECTOR, 'svg.heatmap[data-metric="ld"] text.centre').text
+    assert centre == "0.00"
+    widths = browser.find_elements(By.CSS_SELECTOR, 'svg.heatmap[data-metric="ld"] text.hw')
+    assert len(widths) == len(cells)
+    summaries = payload(browser)["summary"]["ld"]
+    expected = sorted(f"±{(s['mean_high'] - s['mean_low']) / 2:.2f}" for s in summaries)
+    assert sorted(w.text for w in widths) == expected
+    shoot(browser, "signed-centred")
+    quiet(browser, pages["signed"])
+
+
+def test_compare_hides_differences_below_its_stated_tolerance(browser, pages, shoot):
+    from selenium.webdriver.common.by import By
+
+    assert pages["nudged"].name == "compare-nudged.html"
+    open_page(browser, pages["nudged"])
+    assert browser.find_elements(By.CSS_SELECTOR, "#differences tr.diff") == []
+    said = browser.find_element(By.CSS_SELECTOR, "#differences p.tolerance").text
+    assert said == ("Row values that differ by at most 0.000001 count as equal: 1 point's metric files differ by no "
+                    "more and are not listed.")
+    quiet(browser, pages["nudged"])
+
+
+def test_a_notebook_cell_shows_the_page_inline(browser, runs, tmp_path, shoot):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    cell = tmp_path / "cell.html"
+    cell.write_text(f"<!doctype html><html><body>{load(runs['signed'])._repr_html_()}</body></html>")
+    browser.get_log("browser"), browser.get_log("performance")
+    browser.get(cell.as_uri())
+    browser.switch_to.frame(browser.find_element(By.TAG_NAME, "iframe"))
+    try:
+        WebDriverWait(browser, 10).until(lambda b: b.execute_script("return document.body.dataset.ready") == "1")
+        assert len(browser.find_elements(By.CSS_SELECTOR, 'svg.heatmap[data-metric="ld"] rect.cell')) == 8
+        assert browser.find_element(By.CSS_SELECTOR, "#what h2").text == "What was done"
+    finally:
+        browser.switch_to.default_content()
+    shoot(browser, "notebook-cell")
+    quiet(browser, cell)
 
 
 # The shipped studies and a 1,000-point sweep (issue #35's acceptance), each page opened like the ones above.

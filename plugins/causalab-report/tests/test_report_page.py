@@ -172,10 +172,11 @@ def test_without_the_models_tokenizer_the_page_shows_each_window_and_says_why(ru
 
     shutil.copytree(runs["line"], folder)
     _, notes = write_report(folder)
-    assert notes == ["the prompts' tokens are not shown (the model's tokenizer is not on this machine: "
-                     "OSError: no tokenizer.json)"]
+    assert notes == [f"the {what} tokens are not shown (the model's tokenizer is not on this machine: "
+                     "OSError: no tokenizer.json)" for what in ("prompts'", "predicted")]
     shown = payload((folder / "report.html").read_text())
     assert shown["prompts"] is None and len(shown["records"]) == 2  # the read's and the write's windows
+    assert shown["predicted"] is None
 
 
 def test_compare_lists_the_planted_difference(runs):

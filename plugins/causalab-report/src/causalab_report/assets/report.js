@@ -133,7 +133,8 @@
         out.push('<rect class="cell" x="' + x + '" y="' + y + '" width="' + (w - 1) + '" height="' + (h - 1) + '" fill="' + fill +
                  '" data-p="' + p + '" data-metric="' + esc(metric) + '" data-value="' + esc(raw === null || raw === undefined ? "" : raw) + '"></rect>');
         if (w >= 30 && h >= 13) {
-          const light = v !== null && r !== null && c === null && (v - r[0]) / (r[1] - r[0]) < 0.5;
+          const light = v !== null && r !== null && (c === null ? (v - r[0]) / (r[1] - r[0]) < 0.5
+                                                                 : Math.abs((v - c) / (r[1] - c)) > 0.6); // dark ends
           const hw = side === "diff" ? null : halfWidth(side === "B" ? ((C.summary[metric] || [])[p] || {}) : D.summary[metric][p]);
           const two = hw !== null && h >= 24; // the interval's half-width under the value, readable without hover
           const ink = (light ? "#fff" : "#000");
