@@ -61,17 +61,25 @@ def as_rows(rows: Any, where: str) -> list[dict[str, Any]]:
     raise DocumentError(f"{where}: rows must be a list of dicts or a pandas DataFrame, got {type(rows).__name__}")
 
 
-def _data(value: Any) -> Any:
-    """Plain JSON data from what Python code built: models dumped, DataFrames as rows, tuples as lists."""
+def _data(value: Any, where: str = "$", source: str = IN_MEMORY) -> Any:
+    """Plain JSON data from what Python code built: models dumped, DataFrames as rows, tuples as lists; a value
+    JSON cannot hold (an object, a set, a key that is not text) is one line naming its place."""
     if isinstance(value, BaseModel):
-        return _data(value.model_dump(mode="python"))
+        value = value.model_dump(mode="python")
     if is_frame(value):
-        return frame_rows(value)
+        value = frame_rows(value)
     if isinstance(value, dict):
-        return {k: _data(v) for k, v in value.items()}
+        bad = next((k for k in value if not isinstance(k, str)), None)
+        if bad is not None:
+            raise DocumentError(f"{source}: {where}: the key {bad!r} is not text (a JSON object's keys are)")
+        return {k: _data(v, f"{where}.{k}", source) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_data(v) for v in value]
-    return plain(value)
+        return [_data(v, f"{where}[{i}]", source) for i, v in enumerate(value)]
+    value = plain(value)
+    if value is not None and not isinstance(value, (str, int, float, bool)):
+        raise DocumentError(f"{source}: {where}: a {type(value).__name__} is not a JSON value "
+                            "(text, a number, true or false, null, a list or an object)")
+    return value
 
 
 def given(document: Any, rows: Any = None) -> Given:
@@ -87,7 +95,10 @@ def given(document: Any, rows: Any = None) -> Given:
         except RecursionError:
             raise DocumentError("JSON text: nested too deep") from None
     elif isinstance(document, (dict, BaseModel)):
-        found = Given(_data(document), IN_MEMORY, None)
+        try:
+            found = Given(_data(document), IN_MEMORY, None)
+        except RecursionError:
+            raise DocumentError(f"{IN_MEMORY}: nested too deep") from None
     else:
         raise DocumentError(f"a document is a file path, JSON text, a dict or a causalab_core.Document, "
                             f"got {type(document).__name__}")
@@ -99,7 +110,8 @@ def given(document: Any, rows: Any = None) -> Given:
         found = Given(read_json(found.path), found.source, found.path)
     if not isinstance(found.data, dict):
         return found  # the loader says what is wrong with it
-    return Given({**found.data, "data": {"rows": as_rows(rows, "rows=")}}, found.source, found.path)
+    return Given({**found.data, "data": {"rows": _data(as_rows(rows, "rows="), "$.data.rows", found.source)}},
+                 found.source, found.path)
 
 
 def to_json(document: Any) -> str:
