@@ -102,18 +102,15 @@ def test_the_real_documents_pin_the_shipped_revisions():
             assert model.get("revision") == models.revision(name), path
 
 
-@pytest.mark.slow
-def test_retraining_from_the_seed_fits_the_task_again(tmp_path):
-    """Two minutes of training on 2 cores: the recipe learns the task on any machine.
-
-    Not the shipped accuracy exactly: training is deterministic for one torch build and CPU (the test
-    above), but held-out accuracy lands anywhere from 0.77 to 1.0 over seeds 0-5 (1 and 2 threads alike,
-    2026-12-03), and another CPU's last bits move the run as another seed does (seed 0 gave the shipped
-    1.0 where the checkpoint was trained and 0.92 on a later CI machine). The training split is always
-    fitted; held out, the floor here is far below every draw and far above chance (1/7)."""
-    facts = train("weekdays", tmp_path / "weekdays", log=lambda *a, **k: None)
-    assert facts["train_accuracy"] >= THRESHOLDS["weekdays"]
-    assert facts["test_accuracy"] >= 0.5
+def test_the_recipe_learns_in_its_first_steps(tmp_path):
+    """CI checks the recipe on a few steps, never a full retrain (that is `python -m causalab_toy train weekdays`,
+    about two minutes on 2 cores: held-out accuracy 0.77-1.0 over seeds 0-5, 2026-12-03). In 150 steps the loss
+    falls from chance over the 60-token vocabulary (ln 60 = 4.09) to about chance among the seven days
+    (ln 7 = 1.95; 1.96 here, 2026-12-07): the recipe's data, model and schedule learn which tokens answer."""
+    logged = []
+    train("weekdays", tmp_path / "weekdays", steps=150, log=lambda line, **_: logged.append(line))
+    losses = [float(line.split(" loss ")[1].split()[0]) for line in logged if " loss " in line]
+    assert losses[0] > 3.8 and losses[-1] < 2.4, logged
 
 
 def test_nnsight_loads_a_toy_key_offline(tmp_path):
