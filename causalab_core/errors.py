@@ -32,6 +32,7 @@ class CausalabError(Exception):
     exit_code = 1
 
     def one_line(self) -> str:
+        """The message as the command line prints it: the error's name and one line of text."""
         # Every user value a message quotes goes through `echo`; this is the backstop for any that does not.
         text = clip(" ".join(str(self).split()), 1000, word=400)
         return f"{type(self).__name__}: {text}"

@@ -122,7 +122,7 @@ class ModelSpec(OptionalKeys):
 
     key: str = Field(min_length=1, description="A model key: a local directory, a Hugging Face id in the local cache, or a key a models plugin knows.")
     revision: str | None = Field(None, description="Pinned revision (commit or checkpoint digest); checked where the source reports one.")
-    dtype: Literal["float32", "float16", "bfloat16"] = "float32"
+    dtype: Literal["float32", "float16", "bfloat16"] = Field("float32", description="The dtype the weights run in.")
     init: Literal["trained", "random"] = Field(
         "trained", description="\"random\": the checkpoint's architecture with freshly initialized weights (from "
         "`init_seed`), the baseline a finding on trained weights must beat; local engines only.")
@@ -133,15 +133,15 @@ class CausalModelSpec(BaseModel):
     """Rows generated from a causal model plugin; its other keys are that model's parameters."""
 
     model_config = ConfigDict(frozen=True, extra="allow", allow_inf_nan=False)
-    kind: Name
+    kind: Name = Field(description="The causal model (a plugin's, e.g. `weekdays`); its other keys are its parameters.")
     intervene: list[Name] = Field(min_length=1, description="Input variables the counterfactual changes (each differs from the base's).")
     rows: Annotated[int, Field(ge=1, le=MAX_ROWS)] | Literal["all"] = Field(
         description="How many distinct rows to sample, or \"all\": every pair of the split the model can enumerate "
         "(its inputs' `domain`), in a fixed order, so that a figure is the population's, not a sample's.")
     cap: int = Field(5000, ge=1, le=MAX_ROWS, description="With rows \"all\": the most rows the population may have "
                                                          "(a larger one is refused, naming its size).")
-    split: Literal["train", "test"]
-    seed: int = 0
+    split: Literal["train", "test"] = Field(description="Which of the model's splits the rows come from.")
+    seed: int = Field(0, description="Seeds the sample of rows (rows \"all\" uses none).")
     labels: list[list[Name]] = Field([], description="Interventions on sets of variables, beyond the single ones: "
                                      "[\"count\", \"day\"] adds `label_count+day`, the answer when the base run takes "
                                      "both from the counterfactual run.")
@@ -190,9 +190,9 @@ class ReadSpec(OptionalKeys):
 
     input: Name = Field(description="Which input's run the activation comes from (`donor` or `recipient` under "
                                     "`direction`); where writes change that input, its intervened run.")
-    layer: Layer
-    site: SiteName = "block_output"
-    position: Position
+    layer: Layer = Field(description="The layer (0 is the first block; `block_input` of layer 0 is the token embeddings), or {\"sweep\": axis}.")
+    site: SiteName = Field("block_output", description="Where in the layer: block_input, block_output, attn_output, mlp_output, or head (with `head`); or {\"sweep\": axis}.")
+    position: Position = Field(description="Which token: an index (negative counts from the end), an object a position plugin resolves (e.g. {\"variable\": \"entity\"}), or {\"sweep\": axis}.")
     head: Head | None = Field(None, description="Attention head, for site `head` only.")
     where: dict[Name, str] | None = Field(
         None, description="Only rows whose columns hold these values, e.g. {\"day\": \"Monday\"}: the rows a mean "
@@ -204,7 +204,7 @@ class InterventionSpec(BaseModel):
     kind's parameters (a `{"sweep": axis}` reference may take a parameter's value)."""
 
     model_config = ConfigDict(frozen=True, extra="allow", allow_inf_nan=False)
-    kind: Name
+    kind: Name = Field(description="The intervention: swap, zero, mean, resample, noise, add, or a plugin's.")
 
 
 class WriteSpec(OptionalKeys):
@@ -215,10 +215,10 @@ class WriteSpec(OptionalKeys):
     input: Name = Field(description="Which input's run is intervened on (`recipient` or `donor` under `direction`).")
     source: Name | None = Field(None, description="The read whose value is written (the intervention's source; "
                                                   "a swap, resample, mean or difference of means needs one).")
-    layer: Layer
-    site: SiteName = "block_output"
-    position: Position
-    head: Head | None = None
+    layer: Layer = Field(description="The layer (0 is the first block; `block_input` of layer 0 is the token embeddings), or {\"sweep\": axis}.")
+    site: SiteName = Field("block_output", description="Where in the layer: block_input, block_output, attn_output, mlp_output, or head (with `head`); or {\"sweep\": axis}.")
+    position: Position = Field(description="Which token: an index (negative counts from the end), an object a position plugin resolves (e.g. {\"variable\": \"entity\"}), or {\"sweep\": axis}.")
+    head: Head | None = Field(None, description="Attention head, for site `head` only.")
     featurizer: Name | None = Field(None, description="A featurizer declared under `featurizers`; none swaps the whole vector.")
     intervention: InterventionSpec | None = Field(
         None, description="What the write does (`kind`: swap, zero, mean, resample, noise, add, or a plugin's); "
@@ -233,9 +233,9 @@ class TrainSpec(OptionalKeys):
 
     data: DataSpec = Field(description="Training rows (same columns as the document's data), e.g. the train split.")
     label: str = Field(description="Answer column the intervened run should predict (usually the counterfactual's).")
-    epochs: int = Field(3, ge=1)
-    batch_size: int = Field(32, ge=1)
-    lr: float = Field(1e-2, gt=0)
+    epochs: int = Field(3, ge=1, description="Passes over the training rows.")
+    batch_size: int = Field(32, ge=1, description="Training rows per optimizer step.")
+    lr: float = Field(1e-2, gt=0, description="The optimizer's learning rate (Adam).")
     seed: Seed = Field(0, description="Seeds the initial parameters and the order of the rows; sweep it to see training's spread.")
     labels: Labels = Field("as_given", description="\"shuffled\" trains on the labels permuted among the training "
                            "rows (from `seed`): the control a trained subspace must beat, with the same data, rank and "
@@ -246,7 +246,7 @@ class FeaturizerSpec(BaseModel):
     """A featurizer of a plugin-provided `kind`; its other keys are that kind's parameters."""
 
     model_config = ConfigDict(frozen=True, extra="allow", allow_inf_nan=False)
-    kind: Name
+    kind: Name = Field(description="The featurizer (a plugin's, e.g. `das`); its other keys are its parameters.")
     train: TrainSpec | None = Field(None, description="Fit the featurizer on these rows first (engines with `training`).")
 
 
@@ -254,7 +254,7 @@ class MetricSpec(BaseModel):
     """A metric of a plugin-provided `kind`; its other keys are that kind's parameters."""
 
     model_config = ConfigDict(frozen=True, extra="allow", allow_inf_nan=False)
-    kind: Name
+    kind: Name = Field(description="The metric (a plugin's: iia, logit_diff, p_answer...); its other keys are its parameters.")
     input: Name | None = Field(None, description="Whose run is scored; by default the input the writes intervene on.")
 
 
@@ -271,7 +271,7 @@ class EstimateSpec(Frozen):
     the first-order change of the scores, (written - clean) . d score / d activation, from one clean forward and
     one backward per answer column of each input, for every point at once."""
 
-    method: Literal["attribution"]
+    method: Literal["attribution"] = Field(description="How the writes are estimated.")
     confirm: ConfirmSpec | None = Field(None, description="Then patch the top points for real and report how well "
                                         "the estimate agrees with patching on them.")
 
@@ -286,7 +286,7 @@ class DirectionSpec(Frozen):
     into the clean one's (is it necessary?). Reads, writes and metrics name the inputs by role: ``donor``
     (where patched values come from) and ``recipient`` (the run they go into)."""
 
-    patch: Literal["denoising", "noising"]
+    patch: Literal["denoising", "noising"] = Field(description="denoising: clean into corrupted; noising: corrupted into clean.")
     clean: Name = Field(description="The input that gives the answer under study.")
     corrupted: Name = Field(description="The input that does not (another prompt, or one a noise write corrupts).")
 
@@ -327,11 +327,11 @@ class Document(OptionalKeys):
 
     OPTIONAL = ("columns", "direction", "estimate")
 
-    version: Literal["2"]
-    name: str | None = None
-    description: str | None = None
-    model: ModelSpec
-    data: DataSpec
+    version: Literal["2"] = Field(description="The document format's version: \"2\".")
+    name: str | None = Field(None, description="A short name: the report's and the plots' title.")
+    description: str | None = Field(None, description="What the experiment asks, in words.")
+    model: ModelSpec = Field(description="The checkpoint to run.")
+    data: DataSpec = Field(description="The rows: prompt columns, answer columns, and any others the document names.")
     inputs: list[Name] = Field(["base", "counterfactual"], min_length=1, description="Prompt columns; each is run through the model.")
     columns: dict[Name, Name] = Field(
         {}, description="Per input, the column its prompt comes from where that is not the column of its name: "
@@ -343,10 +343,10 @@ class Document(OptionalKeys):
         {}, description="Per input, prompt variables that take their value from another column, e.g. "
         "{\"counterfactual\": {\"entity\": \"cf_entity\"}}; otherwise a variable is the column of its name."
     )
-    reads: dict[Name, ReadSpec] = {}
-    writes: dict[Name, WriteSpec] = {}
-    featurizers: dict[Name, FeaturizerSpec] = {}
-    metrics: dict[Name, MetricSpec] = {}
+    reads: dict[Name, ReadSpec] = Field({}, description="Activations to record, by name: the sources of writes.")
+    writes: dict[Name, WriteSpec] = Field({}, description="Interventions, by name: what is put where in which run.")
+    featurizers: dict[Name, FeaturizerSpec] = Field({}, description="Bases a write may act in (DAS...), by name.")
+    metrics: dict[Name, MetricSpec] = Field({}, description="What is scored, by name: each gives `<name>.json` per point.")
     sweep: dict[Name, Annotated[list[Any], Field(min_length=1)]] = Field(
         {}, description="Axes: each maps to the values its `{\"sweep\": axis}` references take; points are the product, in axis order."
     )

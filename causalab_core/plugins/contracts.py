@@ -158,6 +158,7 @@ class CausalModel:
         raise NotImplementedError
 
     def prompt(self, values: Mapping[str, Any]) -> str:
+        """The prompt text for these input values (the base's, or a counterfactual's)."""
         raise NotImplementedError
 
     def answer(self, values: Mapping[str, Any]) -> str:
@@ -207,6 +208,7 @@ class PositionResolver:
         """Raise ValueError with a short message if an accepted spec is malformed."""
 
     def resolve(self, spec: Any, row: RowText) -> Resolved:
+        """The window of token indices ``spec`` names in this row's prompt, or the reason code it has none."""
         raise NotImplementedError
 
 
@@ -235,9 +237,11 @@ class Featurizer:
         """Raise ValueError if ``params`` cannot work on a site ``width`` wide (compile time, no weights)."""
 
     def featurize(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``[..., width]`` activations -> their features, and what the features leave out (None where nothing)."""
         raise NotImplementedError
 
     def inverse(self, f: torch.Tensor, err: torch.Tensor | None) -> torch.Tensor:
+        """Features (and what they left out) -> activations: ``inverse(*featurize(x))`` gives ``x`` back."""
         raise NotImplementedError
 
     def state(self) -> dict[str, torch.Tensor]:
@@ -245,6 +249,7 @@ class Featurizer:
         return {}
 
     def load_state(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Put back what ``state`` returned (a trained file's tensors)."""
         if tensors:
             raise ValueError(f"featurizer {self.name!r} has no state to load")
 
@@ -295,6 +300,7 @@ class Intervention:
     Params: ClassVar[type[BaseModel]] = NoParams
 
     def recipe(self, params: BaseModel) -> Recipe:
+        """How the written value combines the site's value and ``v`` (the value this kind ``needs``)."""
         raise NotImplementedError
 
     @classmethod
@@ -339,9 +345,11 @@ class MetricInputs:
     ``counterfactual`` (the run of the input its writes take values from)."""
 
     def column(self, name: str) -> torch.Tensor:
+        """``[rows]``: the logit of column ``name``'s answer token on each row."""
         return self.logits[:, self.columns.index(name)]
 
     def rank(self, name: str) -> torch.Tensor:
+        """``[rows]``: how many tokens score above column ``name``'s answer token (``ranks`` view)."""
         return self.ranks[:, self.columns.index(name)]
 
 
@@ -386,6 +394,7 @@ class Metric:
         return {"intervened": ("answers",)}
 
     def compute(self, params: BaseModel, inputs: MetricInputs) -> MetricValues:
+        """Per-row values (None where a row is not eligible) and a summary, from the runs' scores."""
         raise NotImplementedError
 
 
