@@ -528,7 +528,7 @@ def test_a_document_built_in_python_holds_no_float_that_is_not_finite():
 
 
 def test_data_past_the_row_limit_is_refused_before_a_row_is_parsed(tmp_path):
-    """README, "Data at scale": a document holds at most MAX_ROWS rows, however given, refused in one line."""
+    """docs/guides.md, "Data at scale": a document holds at most MAX_ROWS rows, however given, refused in one line."""
     import subprocess
     import sys
     import time

@@ -137,7 +137,7 @@ def test_das_trains_and_applies_in_float32_on_half_weights(dtype, write_doc, tin
 
 def readme_figures() -> dict[str, dict[str, float]]:
     """The README's half-precision table: dtype -> the figure of each column."""
-    section = (ROOT / "README.md").read_text().split("## Half precision")[1].split("\n## ")[0]
+    section = (ROOT / "docs" / "guides.md").read_text().split("## Half precision")[1].split("\n## ")[0]
     lines = [line for line in section.splitlines() if line.startswith("| `")]
     keys = ("iia_flips", "iia_point", "logit_diff_point", "logit_diff_row")
     table = {}

@@ -1,4 +1,4 @@
-"""Every command the READMEs show, run as written, in the order they show them.
+"""Every command the READMEs (and the reference's pages) show, run as written, in the order they show them.
 
 Each runs in a fresh folder that holds what a checkout after the quick start holds (the repository's
 `documents/` and the `.venv` these tests run in), so a command that works only on the author's machine
@@ -65,7 +65,7 @@ def test_the_python_example_runs_after_the_quick_start(checkout):
 
 
 def test_the_working_with_results_commands_run_as_written(checkout):
-    (block,) = [b for b in blocks(ROOT / "README.md", "bash") if "causalab table" in b]
+    (block,) = [b for b in blocks(ROOT / "docs" / "results.md", "bash") if "causalab table" in b]
     *commands_, resume = commands(block)
     for command in commands_:
         run(command, checkout)

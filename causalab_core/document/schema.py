@@ -25,7 +25,7 @@ from pydantic_core import PydanticCustomError
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_\-]*$"
 MAX_ROWS = 100_000
 """The most rows a document's data may hold, however given: a run keeps every row's prompts, windows and values
-in memory (about 10 KiB a row to validate, 40 to 110 to run a point on the toy models: README, "Data at
+in memory (about 10 KiB a row to validate, 40 to 110 to run a point on the toy models: docs/guides.md, "Data at
 scale"), so more is refused before any row is parsed."""
 Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=64)]
 """A name an author chooses; metric and featurizer names become file names, so they stay short."""
