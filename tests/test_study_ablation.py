@@ -57,13 +57,11 @@ def row_values(folder: Path, metric: str) -> list:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """One fresh run of each document: {name: (out folder, result)}."""
-    found = {}
-    for name in ("weekdays_ablation", "weekdays_ablation_all"):
-        out = tmp_path_factory.mktemp(name) / "o"
-        found[name] = (out, api.run(REAL / f"{name}.json", out=out))
-    return found
+def runs(studies):
+    """One fresh run of each document, the one documents/real/README.md's commands made this session:
+    {name: (out folder, what ran: ``plan``, ``run``)}."""
+    return {name: (studies[f"{name}.json"].out, studies[f"{name}.json"])
+            for name in ("weekdays_ablation", "weekdays_ablation_all")}
 
 
 @pytest.fixture(scope="module")
