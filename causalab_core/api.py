@@ -229,7 +229,7 @@ def _run(reg: Registry, document: DocumentLike, *, rows: Any, out: str | Path | 
     if out_path is not None:
         write_folder(out_path, files, force, loaded.read_paths())
         store.remove()
-    tables = from_files(files, out_path)
+    tables = replace(from_files(files, out_path), reads=tuple(loaded.read_paths()))
     return RunResult(**{f.name: getattr(tables, f.name) for f in fields(LoadedRun)}, plan=built, metrics=metrics)
 
 

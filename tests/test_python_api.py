@@ -87,8 +87,9 @@ def test_errors_name_the_place_in_the_object(on_disk):
     with pytest.raises(DocumentError, match=r"^document: \$\.writes\.patch\.layer: expected a layer number"):
         causalab.validate(bad, data_root=on_disk[0].parent)
     frame = pd.read_json(DATA, lines=True)
-    frame.loc[3, "count"] = None  # a missing value in a column of text
-    with pytest.raises(DocumentError, match=r"^document: \$\.data\.rows\[3\]\.count: NaN is not a finite number"):
+    frame["count"] = frame["count"].astype(object)
+    frame.at[3, "count"] = {1, 2}  # a value JSON cannot hold, in a cell
+    with pytest.raises(DocumentError, match=r"^document: \$\.data\.rows\[3\]\.count: a value of type set is not"):
         causalab.plan(document, rows=frame)
     with pytest.raises(DocumentError, match=r"^JSON text: invalid JSON at line 1 column 2"):
         causalab.plan("{nope")
@@ -162,3 +163,62 @@ def test_an_unknown_type_in_a_dict_is_one_line(on_disk):
     with pytest.raises(CausalabError) as caught:
         causalab.plan(document, data_root=on_disk[0].parent)
     assert "\n" not in str(caught.value) and "$.metrics.iia" in str(caught.value)
+
+
+def test_save_never_replaces_what_the_run_read(on_disk, tmp_path):
+    """A run kept in memory remembers what it read: saving it with force over the folder that holds its data
+    is refused as `run(out=..., force=True)` refuses it, and the data stays."""
+    import shutil
+
+    path, _ = on_disk
+    (tmp_path / "old").mkdir()
+    causalab.run(json.loads(path.read_text()), data_root=path.parent).save(tmp_path / "old")  # a causalab folder
+    shutil.copy(DATA, tmp_path / "old" / "rows.jsonl")
+    # the folder now holds a file its manifest does not list (foreign: never replaced), and the run reads it
+    document = {**json.loads(path.read_text()), "data": {"path": "old/rows.jsonl"}}
+    run = causalab.run(document, data_root=tmp_path)
+    with pytest.raises(OutputError):
+        run.save(tmp_path / "old", force=True)
+    assert (tmp_path / "old" / "rows.jsonl").read_bytes() == DATA.read_bytes()
+    assert str(tmp_path / "old" / "rows.jsonl") in {str(p) for p in run.reads}
+    with pytest.raises(OutputError, match="save: expected a folder path, got None"):
+        run.save(None)
+
+
+def test_what_python_hands_over_is_taken_as_a_user_means_it(on_disk, tmp_path):
+    import numpy as np
+
+    document = json.loads(on_disk[0].read_text())
+    root = on_disk[0].parent
+    # numpy values and arrays anywhere: the numbers they hold
+    arrays = {**document, "sweep": {"layers": np.array([1, 3]), "pos": [np.int64(-4), -1]}}
+    assert causalab.plan(arrays, data_root=root).to_dict() == causalab.plan(document, data_root=root).to_dict()
+    # JSON text with a byte order mark and blanks in front; a list is not a document
+    text = "\ufeff\n  " + json.dumps(document)
+    assert len(causalab.plan(text, data_root=root).points) == 4
+    with pytest.raises(DocumentError, match=r"^JSON text: \$: expected a JSON object, got list$"):
+        causalab.plan("[1, 2]")
+    # a file whose name starts with "{" is a file
+    odd = tmp_path / "{odd}.json"
+    odd.write_text(json.dumps(document))
+    assert len(causalab.plan(str(odd), data_root=root).points) == 4
+    # a missing cell of a DataFrame is a missing column on that row, as in a ragged list of dicts
+    frame = pd.read_json(DATA, lines=True)
+    frame.loc[1, "cf_answer"] = None
+    with pytest.raises(CausalabError) as framed:
+        causalab.plan(document, rows=frame)
+    rows = [json.loads(line) for line in DATA.read_text().splitlines()]
+    del rows[1]["cf_answer"]
+    with pytest.raises(CausalabError) as listed:
+        causalab.plan(document, rows=rows)
+    assert str(framed.value) == str(listed.value) and "cf_answer" in str(framed.value)
+    assert "NaN" not in str(framed.value)
+
+
+def test_a_model_built_wrong_in_python_is_one_line():
+    with pytest.raises(DocumentError, match=r"^ModelSpec: \$\.key: Input should be a valid string \(got 3\)$"):
+        causalab.ModelSpec(key=3)
+    with pytest.raises(DocumentError, match=r"^DataSpec: \$: give exactly one of `rows`, `path` or `causal_model`"):
+        causalab.DataSpec(rows=[{"a": "b"}], path="x.jsonl")
+    with pytest.raises(DocumentError, match=r"^MetricSpec: \$\.kind: required field is missing$"):
+        causalab.MetricSpec(label="x")

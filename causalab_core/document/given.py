@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
-from causalab_core.errors import DocumentError
+from causalab_core.errors import DocumentError, shorten
 
 IN_MEMORY = "document"
 """How messages name a document given as a dict or a model (a file is named by its path)."""
@@ -33,23 +34,31 @@ def is_frame(value: Any) -> bool:
 
 
 def plain(value: Any) -> Any:
-    """A value as JSON holds it: numpy and pandas scalars as Python ones, a missing value (NaN, None, NA) as
-    float NaN, which the loader refuses with its place; anything else as it is."""
+    """A value as JSON holds it: numpy and pandas scalars as Python ones, arrays and Series as lists;
+    anything else as it is."""
     if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:  # a numpy scalar
         value = value.item()
-    if hasattr(value, "tolist"):  # a numpy array inside a cell
+    if hasattr(value, "tolist"):  # a numpy array, a pandas Series
         value = value.tolist()
-    if value is not None and type(value).__name__ in {"NAType", "NaTType"}:
-        return math.nan
     return value
 
 
+def missing(value: Any) -> bool:
+    """A DataFrame's missing cell: None, NaN, pandas' NA or NaT (a ragged record's absent key, once framed)."""
+    return value is None or (isinstance(value, float) and math.isnan(value)) or (
+        type(value).__name__ in {"NAType", "NaTType"})
+
+
 def frame_rows(frame: Any) -> list[dict[str, Any]]:
-    """A DataFrame's rows as dicts of plain values, columns as strings, in the frame's order."""
+    """A DataFrame's rows as dicts of plain values, columns as strings, in the frame's order (its index is not
+    read: rows are named by place, ``$.data.rows[i]``). A missing cell is an absent key, as in a ragged list of
+    dicts: the message about it then says which row has no such column."""
     columns = [str(c) for c in frame.columns]
-    if len(set(columns)) != len(columns):
-        raise DocumentError("rows: the DataFrame has two columns of one name")
-    return [dict(zip(columns, (plain(v) for v in row))) for row in frame.itertuples(index=False, name=None)]
+    twice = next((c for c in columns if columns.count(c) > 1), None)
+    if twice is not None:
+        raise DocumentError(f"rows: the DataFrame has two columns named {twice!r}")
+    return [{c: plain(v) for c, v in zip(columns, row) if not missing(plain(v))}
+            for row in frame.itertuples(index=False, name=None)]
 
 
 def as_rows(rows: Any, where: str) -> list[dict[str, Any]]:
@@ -68,6 +77,8 @@ def _data(value: Any, where: str = "$", source: str = IN_MEMORY) -> Any:
         value = value.model_dump(mode="python")
     if is_frame(value):
         value = frame_rows(value)
+    elif not isinstance(value, (dict, list, tuple, str)):
+        value = plain(value)  # a numpy array or scalar, a Series
     if isinstance(value, dict):
         bad = next((k for k in value if not isinstance(k, str)), None)
         if bad is not None:
@@ -77,19 +88,30 @@ def _data(value: Any, where: str = "$", source: str = IN_MEMORY) -> Any:
         return [_data(v, f"{where}[{i}]", source) for i, v in enumerate(value)]
     value = plain(value)
     if value is not None and not isinstance(value, (str, int, float, bool)):
-        raise DocumentError(f"{source}: {where}: a {type(value).__name__} is not a JSON value "
+        raise DocumentError(f"{source}: {where}: a value of type {type(value).__name__} is not a JSON value "
                             "(text, a number, true or false, null, a list or an object)")
     return value
+
+
+def is_json_text(text: str) -> bool:
+    """A string that is a JSON document rather than a path: one that opens an object or a list (after a byte
+    order mark and blanks) and names no file."""
+    if text.lstrip("\ufeff \t\r\n")[:1] not in ("{", "["):
+        return False
+    try:
+        return not Path(text).is_file()
+    except (OSError, ValueError):  # a name too long, or holding NUL, for a file
+        return True
 
 
 def given(document: Any, rows: Any = None) -> Given:
     """What the API was handed, as the loader reads it. ``rows`` (a DataFrame or a list of dicts) replaces the
     document's data with those rows inline."""
-    if isinstance(document, Path) or (isinstance(document, str) and not document.lstrip().startswith("{")):
-        found = Given(None, str(document), Path(document))
+    if isinstance(document, os.PathLike) or (isinstance(document, str) and not is_json_text(document)):
+        found = Given(None, shorten(os.fspath(document)), Path(document))
     elif isinstance(document, str):  # JSON text
         try:
-            found = Given(json.loads(document), "JSON text", None)
+            found = Given(json.loads(document.lstrip("\ufeff")), "JSON text", None)
         except json.JSONDecodeError as exc:
             raise DocumentError(f"JSON text: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
         except RecursionError:
@@ -116,7 +138,8 @@ def given(document: Any, rows: Any = None) -> Given:
 
 def to_json(document: Any) -> str:
     """A document (a dict, JSON text or a ``Document``) as the JSON text of a document file, after checking it
-    against the schema; ``Path(...).write_text(to_json(doc))`` gives a file that runs as ``doc`` does."""
+    against the schema. A relative ``data.path`` (or a featurizer's ``load``) resolves from the file's folder
+    once written, from the working folder (or ``data_root``) in memory: write the file where its data is."""
     from causalab_core.document.load import parse_document
 
     found = given(document)

@@ -8,6 +8,7 @@ installed registry in :mod:`causalab_core.document.check`.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
@@ -15,12 +16,15 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainValidator,
+    ValidationError,
     WithJsonSchema,
     field_validator,
     model_serializer,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
+
+from causalab_core.errors import DocumentError
 
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_\-]*$"
 MAX_ROWS = 100_000
@@ -34,7 +38,40 @@ SITES = ("block_input", "block_output", "attn_output", "mlp_output", "head")
 """Where in a layer a read or write lands. ``head`` needs ``head`` set (one attention head's output, before the output projection)."""
 
 
-class Frozen(BaseModel):
+_VALIDATING = ContextVar("validating", default=False)
+"""Whether a model's validation is already under way: pydantic calls a nested model's ``__init__`` too."""
+
+
+class Refusing(BaseModel):
+    """A model built in Python (``ModelSpec(key=3)``) refuses bad fields in one line, as a file does: a
+    ``DocumentError`` naming the model and the field's ``$.path``, not pydantic's multi-line error. Inside
+    another model's validation it raises pydantic's error, which the outer one places (``$.writes.w.layer``)."""
+
+    def __init__(self, **data: Any) -> None:
+        if _VALIDATING.get():
+            super().__init__(**data)
+            return
+        token = _VALIDATING.set(True)
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            from causalab_core.document.load import validation_message
+
+            raise DocumentError(validation_message(type(self).__name__, exc, data)) from None
+        finally:
+            _VALIDATING.reset(token)
+
+    @classmethod
+    def model_validate(cls, *args: Any, **kwargs: Any) -> Any:
+        """pydantic's, with the nested models' errors left to it to place (see the class)."""
+        token = _VALIDATING.set(True)
+        try:
+            return super().model_validate(*args, **kwargs)
+        finally:
+            _VALIDATING.reset(token)
+
+
+class Frozen(Refusing):
     # No float of a document is NaN or infinite (load.not_finite refuses them in the raw JSON first, extra
     # keys and sweep values included); the models hold that too, for a document built in Python.
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
@@ -129,7 +166,7 @@ class ModelSpec(OptionalKeys):
     init_seed: int = Field(0, ge=0, lt=2**31, description="Seeds the random weights of `init: random`.")
 
 
-class CausalModelSpec(BaseModel):
+class CausalModelSpec(Refusing):
     """Rows generated from a causal model plugin; its other keys are that model's parameters."""
 
     model_config = ConfigDict(frozen=True, extra="allow", allow_inf_nan=False)
@@ -199,7 +236,7 @@ class ReadSpec(OptionalKeys):
         "or a standard deviation is taken over (other rows: reason `row_excluded`).")
 
 
-class InterventionSpec(BaseModel):
+class InterventionSpec(Refusing):
     """What the write puts at its site: an intervention of a plugin-provided `kind`; its other keys are that
     kind's parameters (a `{"sweep": axis}` reference may take a parameter's value)."""
 
@@ -242,7 +279,7 @@ class TrainSpec(OptionalKeys):
                            "steps; sweep it (`[\"as_given\", \"shuffled\"]`) to run both side by side.")
 
 
-class FeaturizerSpec(BaseModel):
+class FeaturizerSpec(Refusing):
     """A featurizer of a plugin-provided `kind`; its other keys are that kind's parameters."""
 
     model_config = ConfigDict(frozen=True, extra="allow", allow_inf_nan=False)
@@ -250,7 +287,7 @@ class FeaturizerSpec(BaseModel):
     train: TrainSpec | None = Field(None, description="Fit the featurizer on these rows first (engines with `training`).")
 
 
-class MetricSpec(BaseModel):
+class MetricSpec(Refusing):
     """A metric of a plugin-provided `kind`; its other keys are that kind's parameters."""
 
     model_config = ConfigDict(frozen=True, extra="allow", allow_inf_nan=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from collections.abc import Iterable
@@ -31,6 +32,8 @@ class LoadedRun:
     records: dict[str, list[dict[str, Any]]]
     files: dict[str, bytes] = field(default_factory=dict, repr=False)
     """Every file the manifest lists, by path, as checked against it: what the tables were read from."""
+    reads: tuple[Path, ...] = field(default=(), repr=False)
+    """What the run read (its document, data, featurizer files, model folder): ``save`` never replaces them."""
     orders: dict[str, list[Any]] = field(default_factory=dict, repr=False)
     """Per position axis (one a read's or write's position takes), its values in prompt order: the tables'
     column of it is an ordered categorical, so a pivot or a sort puts positions as the prompt has them."""
@@ -40,7 +43,9 @@ class LoadedRun:
         too). An existing folder is refused unless ``force`` (and only a causalab output folder is replaced)."""
         from causalab_core.results.folder import write_folder
 
-        write_folder(Path(out), dict(self.files), force)
+        if not isinstance(out, (str, os.PathLike)):
+            raise OutputError(f"save: expected a folder path, got {echo(out)}")
+        write_folder(Path(out), dict(self.files), force, self.reads)
         return Path(out)
 
     def __repr__(self) -> str:
@@ -227,6 +232,8 @@ def load(out: str | Path) -> LoadedRun:
     removed since the run is refused in one line, never read as if it were the run's. Points come in the
     sweep's own order, each point's metrics in the document's; a sweep axis of objects (positions such as
     ``{"variable": ...}``) is shown by its label, so the tables group and pivot on it."""
+    if not isinstance(out, (str, os.PathLike)):
+        raise OutputError(f"load: expected a run's folder, got {echo(out)}")
     folder = Path(out)
     return from_files(read_run(folder), folder)
 
@@ -281,7 +288,7 @@ def _tables(files: dict[str, bytes], folder: Path) -> LoadedRun:
         featurizers.append({**where, **{k: v for k, v in identity.items() if k not in where}})
     return LoadedRun(folder, document, _json(folder, "run.json", files["run.json"]), axes,
                      {"rows": rows, "summaries": summaries, "featurizers": featurizers}, files,
-                     prompt_order(document, shown, contents))
+                     orders=prompt_order(document, shown, contents))
 
 
 def estimate_columns(content: dict[str, Any]) -> dict[str, Any]:

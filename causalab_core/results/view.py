@@ -34,7 +34,8 @@ def metric_lines(run: LoadedRun) -> list[tuple[str, str]]:
         point, top = max(defined, key=lambda pm: pm[1])
         low = min(m for _, m in defined)
         where = f" at {point}" if point else ""
-        spread = f"means {low:.3g} to {top:.3g}; highest{where}" if len(defined) > 1 else f"mean {top:.3g}"
+        spread = (f"mean {top:.3g}" if len(defined) == 1 else f"mean {top:.3g} at every point" if low == top
+                  else f"means {low:.3g} to {top:.3g}; highest{where}")
         lines.append((metric, spread))
     return lines
 

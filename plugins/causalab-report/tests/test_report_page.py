@@ -191,3 +191,39 @@ def test_compare_lists_the_planted_difference(runs):
     assert "1 IIA rows flipped (0-based data rows): layer=3,pos=-4: rows" in data["compare"]["line"]
     html = path.read_text()
     assert html.count('<div class="prov" data-side=') == 2  # both runs' provenance, side by side
+
+
+def test_report_out_writes_a_new_file_and_refuses_what_it_must_not_touch(runs, tmp_path):
+    import os
+
+    from typer.testing import CliRunner
+
+    from causalab_report.commands import commands
+
+    def report(*args):
+        return CliRunner().invoke(commands(), ["report", str(runs["signed"]), *args])
+
+    page = tmp_path / "page.html"
+    done = report("--out", str(page))
+    assert done.exit_code == 0 and done.stdout.strip() == str(page)
+    assert "What was done" in page.read_text() and not (runs["signed"] / "report.html").exists()
+    umask = os.umask(0)
+    os.umask(umask)
+    assert page.stat().st_mode & 0o777 == 0o666 & ~umask  # as any file the user writes
+    before = page.read_bytes()
+    for args, said in (
+        (["--out", str(page)], "exists; name a new file"),
+        (["--out", str(tmp_path / "no" / "page.html")], "no folder"),
+        (["--out", str(runs["signed"] / "mine.html")], "inside a run's folder"),
+        (["--tolerance", "0.1"], "--tolerance applies to --compare"),
+        (["--compare", str(runs["sweep"]), "--tolerance", "inf"], "--tolerance must be a finite number"),
+    ):
+        done = report(*args)
+        assert done.exit_code != 0 and said in done.output and len(done.output.strip().splitlines()) == 1, done.output
+    assert page.read_bytes() == before and not (runs["signed"] / "mine.html").exists()
+
+
+def test_a_figure_names_the_axes_it_cannot_show(runs):
+    figure = load(runs["cube"]).plot("p_base")
+    assert figure.axes[0].get_title() == "weekdays-noise-cube: p_base (at scale = 1)"
+    assert load(runs["signed"]).plot().axes[0].get_title() == "weekdays-logit-difference: ld"

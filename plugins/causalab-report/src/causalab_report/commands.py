@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -27,10 +28,15 @@ def report(
     sweep, each point's rows with their prompts' tokens, windows and predicted tokens, and the run's provenance.
     With --compare B: FOLDER/compare-B.html, the two runs side by side and what differs."""
     from causalab_core.cli import err, reported
+    from causalab_core.errors import OutputError
 
     from causalab_report.page import write_report
 
     with reported(verbose):
+        if tolerance != 1e-6 and compare is None:
+            raise OutputError("--tolerance applies to --compare: name the run to compare with")
+        if not math.isfinite(tolerance):
+            raise OutputError(f"--tolerance must be a finite number, got {tolerance}")
         path, notes = write_report(folder, compare, data, out, tolerance)
     print(path)
     for note in notes:

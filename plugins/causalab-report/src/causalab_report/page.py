@@ -18,6 +18,7 @@ from typing import Any
 from causalab_core.document.sweep import axis_label
 from causalab_core.errors import OutputError
 from causalab_core.results.added import add_file
+from causalab_core.results.manifest import MANIFEST
 from causalab_core.results.table import LoadedRun, load
 
 from causalab_report.done import command, done_html, written
@@ -368,8 +369,13 @@ def write_new(path: Path, data: bytes) -> Path:
         raise OutputError(f"--out {path}: exists; name a new file (nothing a user has is overwritten)")
     if not path.parent.is_dir():
         raise OutputError(f"--out {path}: no folder {path.parent}")
+    if (path.parent / MANIFEST).is_file():  # a file no manifest lists would make the run folder foreign
+        raise OutputError(f"--out {path}: inside a run's folder; leave out --out to add the page there")
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # as any file the user writes, not mkstemp's private 0600
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.link(tmp, path)  # fails where the name was taken meanwhile: never replaces it

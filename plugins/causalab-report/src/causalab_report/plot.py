@@ -14,7 +14,7 @@ from typing import Any
 from causalab_core.document.sweep import axis_label
 from causalab_core.errors import OutputError, echo, shorten
 from causalab_core.results.added import add_file
-from causalab_core.results.table import LoadedRun, load
+from causalab_core.results.table import FIELDS, LoadedRun, load
 
 LITERAL = {"parse_math": False}
 """Every text a user wrote (names, sweep values) is drawn as written: a ``$`` is a dollar, never mathtext."""
@@ -163,7 +163,7 @@ def figure(run: LoadedRun, metric: str | None = None, document: dict[str, Any] |
     folder = _where(run)
     axes, means = sweep_table(run, metric, document)
     tokens = token_labels(run, metric, document)
-    values = {a: [axis_label(v) for v in document["sweep"][a]] for a in axes}
+    values = {a: prompt_ordered(run, a, [axis_label(v) for v in document["sweep"][a]]) for a in axes}
     ticks = {a: [tokens.get(a, {}).get(v, v) for v in values[a]] for a in axes}
     undefined = sum(1 for v in means.values() if v is None)
     fig = Figure(figsize=(7, 4), dpi=120)
@@ -212,7 +212,8 @@ def figure(run: LoadedRun, metric: str | None = None, document: dict[str, Any] |
                          "on every row); the plot says so")
     elif undefined and notes is not None:
         notes.append(f"{metric}: {undefined} of {len(means)} points have no defined value (drawn as n/a)")
-    ax.set_title(f"{document.get('name') or folder.name}: {metric}", **LITERAL)
+    fixed = ", ".join(f"{a} = {values[a][0]}" for a in axes[2:])  # the axes a figure cannot show: their first value
+    ax.set_title(f"{document.get('name') or folder.name}: {metric}" + (f" (at {fixed})" if fixed else ""), **LITERAL)
     fig.tight_layout()
     return fig
 
@@ -220,6 +221,16 @@ def figure(run: LoadedRun, metric: str | None = None, document: dict[str, Any] |
 def _slanted(axis: str, tokens: dict[str, dict[str, str]]) -> dict[str, Any]:
     """Tick labels that carry tokens are long: slanted on the x axis, so neighbours do not overlap."""
     return {"rotation": 30, "ha": "right"} if tokens.get(axis) else {}
+
+
+def prompt_ordered(run: LoadedRun, axis: str, labels: list[str]) -> list[str]:
+    """A position axis's labels in prompt order, as the tables sort it (``LoadedRun.orders``); any other axis's
+    as the sweep gives them."""
+    order = run.orders.get(f"sweep_{axis}" if axis in FIELDS else axis)
+    if not order:
+        return labels
+    ranked = [axis_label(v) for v in order]
+    return sorted(labels, key=lambda label: ranked.index(label) if label in ranked else len(ranked))
 
 
 def _key(axes, chosen, values):
