@@ -19,10 +19,10 @@ from causalab_core.document.sweep import axis_label
 from causalab_core.errors import OutputError
 from causalab_core.results.added import add_file
 from causalab_core.results.manifest import MANIFEST
-from causalab_core.results.table import LoadedRun, load
+from causalab_core.results.table import LoadedRun, load, position_axes
 
 from causalab_report.done import command, done_html, written
-from causalab_report.plot import _position_axes, _token as _token_label
+from causalab_report.plot import _token as _token_label
 from causalab_report.prompts import data_rows, decode_predicted, mismatch, prompt_tokens
 
 PAGE = "report.html"
@@ -83,7 +83,7 @@ def run_payload(run: LoadedRun, data_file: Path | None = None) -> tuple[dict[str
     record_index: dict[str, int] = {}
     at_point, coords = [], []
     ticks = {a: list(labels[a]) for a in axes}
-    named = _position_axes(document)
+    named = position_axes(document)
     rows_count = 0
     for point in points:
         contents = [_content(run, _metric_file(point, m)) for m in metric_names]

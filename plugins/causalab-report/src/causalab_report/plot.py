@@ -14,7 +14,7 @@ from typing import Any
 from causalab_core.document.sweep import axis_label
 from causalab_core.errors import OutputError, echo, shorten
 from causalab_core.results.added import add_file
-from causalab_core.results.table import FIELDS, LoadedRun, load
+from causalab_core.results.table import FIELDS, LoadedRun, load, position_axes
 
 LITERAL = {"parse_math": False}
 """Every text a user wrote (names, sweep values) is drawn as written: a ``$`` is a dollar, never mathtext."""
@@ -88,17 +88,6 @@ def _metric_contents(run: LoadedRun, metric: str) -> list[tuple[str, dict[str, A
             if rel.count("/") == 1 and rel.endswith(f"/{metric}.json")]
 
 
-def _position_axes(document: dict[str, Any]) -> dict[str, list[str]]:
-    """Each sweep axis a read's or write's position takes: the names of those reads and writes, writes first."""
-    found: dict[str, list[str]] = {}
-    for part in ("writes", "reads"):
-        for name, spec in (document.get(part) or {}).items():
-            position = spec.get("position") if isinstance(spec, dict) else None
-            if isinstance(position, dict) and set(position) == {"sweep"}:
-                found.setdefault(position["sweep"], []).append(name)
-    return found
-
-
 def _token(record: dict[str, Any]) -> str | None:
     """The text at a position, as its record shows it: one row's, or ``varies: <first row's>, …``."""
     texts = ["".join(map(str, row.get("tokens") or [])) for row in record.get("rows", [])
@@ -113,7 +102,7 @@ def _token(record: dict[str, Any]) -> str | None:
 def token_labels(run: LoadedRun, metric: str, document: dict[str, Any]) -> dict[str, dict[str, str]]:
     """Per position axis, each value's label with the token it lands on (``-4 (Monday)``), read off the
     positions record of the metric files; the write that patches there first, else a read."""
-    named = _position_axes(document)
+    named = position_axes(document)
     labels: dict[str, dict[str, str]] = {}
     for _, content in _metric_contents(run, metric):
         records = content.get("positions") or {}
