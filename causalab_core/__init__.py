@@ -4,7 +4,7 @@ Importing this package does not import torch; the compiler and engines do,
 when they run.
 """
 
-from causalab_core.document.given import to_json
+from causalab_core.document.load import to_json
 from causalab_core.document.schema import (
     CausalModelSpec, ConfirmSpec, DataSpec, DirectionSpec, Document, EstimateSpec, FeaturizerSpec, InterventionSpec,
     MetricSpec, ModelSpec, ReadSpec, SweepRef, TrainSpec, WriteSpec,

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from causalab_core.document.load import json_path
+from causalab_core.document.messages import json_path
 from causalab_core.document.interventions import check_interventions
 from causalab_core.document.schema import ROLES, SWEEPABLE, Document, SweepRef, is_sweep_ref
 from causalab_core.errors import DocumentError, MissingPlugin, PluginError, clip, echo, shorten

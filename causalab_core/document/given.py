@@ -1,6 +1,7 @@
-"""Documents given from Python: a file path, JSON text, a dict, or the schema's pydantic models, with rows
-inline as a list of dicts or a pandas DataFrame. Each becomes the plain JSON data a file would hold, so a
-document built in Python and the same document read from a file are checked and run alike."""
+"""Documents given from Python: a path, JSON text, a dict or the schema's models, rows from a DataFrame.
+
+Each becomes the plain JSON data a file would hold, so a document built in Python and the same document read
+from a file are checked and run alike."""
 
 from __future__ import annotations
 
@@ -104,9 +105,8 @@ def is_json_text(text: str) -> bool:
         return True
 
 
-def given(document: Any, rows: Any = None) -> Given:
-    """What the API was handed, as the loader reads it. ``rows`` (a DataFrame or a list of dicts) replaces the
-    document's data with those rows inline."""
+def given(document: Any) -> Given:
+    """What the API was handed, as the loader reads it: a file's path (its data read by the loader), or data."""
     if isinstance(document, os.PathLike) or (isinstance(document, str) and not is_json_text(document)):
         found = Given(None, shorten(os.fspath(document)), Path(document))
     elif isinstance(document, str):  # JSON text
@@ -124,28 +124,11 @@ def given(document: Any, rows: Any = None) -> Given:
     else:
         raise DocumentError(f"a document is a file path, JSON text, a dict or a causalab_core.Document, "
                             f"got {type(document).__name__}")
-    if rows is None:
-        return found
-    if found.data is None:  # a file: read it, then replace its data
-        from causalab_core.document.load import read_json
-
-        found = Given(read_json(found.path), found.source, found.path)
-    if not isinstance(found.data, dict):
-        return found  # the loader says what is wrong with it
-    return Given({**found.data, "data": {"rows": _data(as_rows(rows, "rows="), "$.data.rows", found.source)}},
-                 found.source, found.path)
+    return found
 
 
-def to_json(document: Any) -> str:
-    """A document (a dict, JSON text or a ``Document``) as the JSON text of a document file, after checking it
-    against the schema. A relative ``data.path`` (or a featurizer's ``load``) resolves from the file's folder
-    once written, from the working folder (or ``data_root``) in memory: write the file where its data is."""
-    from causalab_core.document.load import parse_document
-
-    found = given(document)
-    if found.data is None:
-        from causalab_core.document.load import read_json
-
-        found = Given(read_json(found.path), found.source, found.path)
-    parsed = parse_document(found.data, found.source)
-    return json.dumps(parsed.model_dump(mode="json"), indent=1, ensure_ascii=False) + "\n"
+def with_rows(data: Any, rows: Any, source: str) -> Any:
+    """A document's data with ``rows`` (a DataFrame or a list of dicts) inline in place of its own."""
+    if rows is None or not isinstance(data, dict):
+        return data  # without rows= as it is; a document that is no object is refused by the loader
+    return {**data, "data": {"rows": _data(as_rows(rows, "rows="), "$.data.rows", source)}}

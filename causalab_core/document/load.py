@@ -15,7 +15,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from causalab_core.document.schema import MAX_ROWS, DataSpec, Document, is_sweep_ref
-from causalab_core.document.given import given
+from causalab_core.document.given import given, with_rows
+from causalab_core.document.messages import describe, json_path, path_key, validation_message
 from causalab_core.errors import DocumentError, clip, echo, shorten
 
 
@@ -44,53 +45,6 @@ class LoadedDocument:
         paths += [path for _, path in featurizer_files(doc, self.data_folder)]  # swept files too
         model = self.home / Path(doc.model.key).expanduser()
         return paths + ([model] if model.is_dir() else [])
-
-
-def path_key(key: Any) -> str:
-    """A key as a JSON path shows it: a huge key is cut, like any echoed value."""
-    return shorten(str(key), 64)
-
-
-def json_path(loc: tuple[Any, ...], data: Any) -> str:
-    """Render a pydantic error location as a JSON path, dropping union-member tags.
-
-    A tag is a location element that is not a key (or index) of the input at
-    that depth; the last element is kept even so, since it names a missing or
-    unexpected field.
-    """
-    out = "$"
-    for i, part in enumerate(loc):
-        last = i == len(loc) - 1
-        if isinstance(part, int) and isinstance(data, list) and 0 <= part < len(data):
-            out += f"[{part}]"
-            data = data[part]
-        elif isinstance(data, dict) and part in data:
-            out += f".{path_key(part)}"
-            data = data[part]
-        elif last:
-            out += f".{path_key(part)}"
-        # else: a union tag, not part of the user's document
-    return out
-
-
-def _describe(error: dict[str, Any]) -> str:
-    if error["type"] == "missing":
-        return "required field is missing"
-    if error["type"] == "extra_forbidden":
-        return "unknown key"
-    msg = error["msg"].removeprefix("Value error, ")
-    if error["type"] in {"literal_error", "string_pattern_mismatch", "int_type", "string_type",
-                         "dict_type", "list_type", "too_short", "greater_than_equal"}:
-        msg += f" (got {echo(error['input'])})"
-    msg = shorten(msg, 600)
-    return msg
-
-
-def validation_message(source: str, exc: ValidationError, data: Any) -> str:
-    first = exc.errors()[0]
-    more = len(exc.errors()) - 1
-    tail = f" (and {more} more error{'s' if more > 1 else ''})" if more else ""
-    return f"{source}: {json_path(tuple(first['loc']), data)}: {_describe(first)}{tail}"
 
 
 MAX_DEPTH = 100
@@ -327,7 +281,7 @@ def generated_rows(spec: Any, where: str, registry: Any = None) -> tuple[list[di
         error = exc.errors()[0]
         # A model validator's error has no location: it is about the spec as a whole.
         path = json_path(tuple(error["loc"]), spec.model_extra or {}).removeprefix("$")
-        raise DocumentError(f"{where}{path}: {clip(_describe(error))}") from None
+        raise DocumentError(f"{where}{path}: {clip(describe(error))}") from None
     rows = generate(cls(params), spec, where)
     provider = registry.provider("causal_model", spec.kind)
     return rows, {"causal_model": spec.kind, "provider": f"{provider.distribution} {provider.version}",
@@ -354,9 +308,9 @@ def load_document(document: Any, data_root: str | Path | None = None, registry: 
     text, a dict or a ``Document`` (:mod:`causalab_core.document.given`); ``rows`` (a DataFrame or a list of
     dicts) replaces its data. Relative paths resolve from ``data_root``, else the document's folder, else the
     working folder for a document given in memory."""
-    found = given(document, rows)
+    found = given(document)
     data = read_json(found.path) if found.data is None else found.data
-    document = parse_document(data, found.source)
+    document = parse_document(with_rows(data, rows, found.source), found.source)
     home = found.path.parent if found.path is not None else Path.cwd()
     folder = Path(data_root) if data_root else home
     check_featurizer_files(document, folder, found.source)
@@ -367,3 +321,12 @@ def load_document(document: Any, data_root: str | Path | None = None, registry: 
     else:
         loaded = load_rows(document.data, folder, found.source)
     return LoadedDocument(document, found.source, loaded, folder, generated, found.path, home)
+
+
+def to_json(document: Any) -> str:
+    """A document (a path, JSON text, a dict or a ``Document``) as the JSON text of a document file, after checking
+    it against the schema. A relative ``data.path`` (or a featurizer's ``load``) resolves from the file's folder
+    once written, from the working folder (or ``data_root``) in memory: write the file where its data is."""
+    found = given(document)
+    parsed = parse_document(read_json(found.path) if found.data is None else found.data, found.source)
+    return json.dumps(parsed.model_dump(mode="json"), indent=1, ensure_ascii=False) + "\n"

@@ -24,6 +24,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from causalab_core.document.given import frame_rows, is_frame
+from causalab_core.document.messages import validation_message
 from causalab_core.errors import DocumentError
 
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_\-]*$"
@@ -55,8 +57,6 @@ class Refusing(BaseModel):
         try:
             super().__init__(**data)
         except ValidationError as exc:
-            from causalab_core.document.load import validation_message
-
             raise DocumentError(validation_message(type(self).__name__, exc, data)) from None
         finally:
             _VALIDATING.reset(token)
@@ -209,8 +209,6 @@ class DataSpec(Frozen):
     @classmethod
     def _frame(cls, value: Any) -> Any:
         """A pandas DataFrame given from Python: its rows."""
-        from causalab_core.document.given import frame_rows, is_frame
-
         return frame_rows(value) if is_frame(value) else value
 
     @model_validator(mode="after")

@@ -1,17 +1,17 @@
-"""How a run shows itself in a notebook: a few lines of text, HTML (the report plugin's page where it is
-installed), and a matplotlib figure (the report plugin's)."""
+"""How a run shows itself in a notebook: a few lines of text, HTML, a figure, a progress bar.
+
+The HTML and the figure are the report plugin's where it is installed."""
 
 from __future__ import annotations
 
 import html as markup
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from causalab_core.errors import PluginError
 
-if TYPE_CHECKING:
-    from causalab_core.results.table import LoadedRun
+LoadedRun = Any  # a results.table.LoadedRun (not imported: table imports this module)
 
 
 def _where(run: LoadedRun) -> str:

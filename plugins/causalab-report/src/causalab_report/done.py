@@ -1,5 +1,7 @@
-"""What the run did, in words, read from its document: per write, where it landed, what it put there and from
-where; what was scored; the command that runs it again, and when the run was written."""
+"""What the run did, in words, read from its document.
+
+Per write, where it landed, what it put there and from where; what was scored; the command that runs it
+again, and when the run was written."""
 
 from __future__ import annotations
 
