@@ -519,11 +519,10 @@ def test_a_number_that_is_not_finite_is_refused_before_any_work(edit, where, sho
 
 
 def test_a_document_built_in_python_holds_no_float_that_is_not_finite():
-    from pydantic import ValidationError
-
     from causalab_core.document.schema import TrainSpec
+    from causalab_core.errors import DocumentError
 
-    with pytest.raises(ValidationError, match="finite number"):
+    with pytest.raises(DocumentError, match=r"^TrainSpec: \$\.lr: Input should be a finite number"):
         TrainSpec(data={"path": "rows.jsonl"}, label="cf_answer", lr=float("inf"))
 
 

@@ -23,8 +23,6 @@ from dataclasses import asdict, dataclass, field, replace
 from collections.abc import Callable
 from typing import Any, Literal
 
-from causalab_core.ir.summary import summary
-
 Rows = tuple  # a tuple with one entry per data row
 
 
@@ -291,11 +289,15 @@ class Plan:
         return [step for point in self.points for step in point.steps]
 
     def __repr__(self) -> str:  # the dataclass's own would print every row's tokens
+        from causalab_core.ir.summary import summary  # here: a plan shipped to a server travels without it
+
         return summary(self)
 
     def _repr_html_(self) -> str:
         """A notebook's view: the same lines, and the points with their eligible rows and steps."""
         import html
+
+        from causalab_core.ir.summary import summary
 
         points = "".join(f"<tr><td>{html.escape(p.name or '(document)')}</td><td>{sum(p.eligible)}/{len(p.eligible)}"
                          f"</td><td>{len(p.steps)}</td></tr>" for p in self.points[:50])
