@@ -289,15 +289,11 @@ class Plan:
         return [step for point in self.points for step in point.steps]
 
     def __repr__(self) -> str:  # the dataclass's own would print every row's tokens
-        from causalab_core.ir.summary import summary  # here: a plan shipped to a server travels without it
-
         return summary(self)
 
     def _repr_html_(self) -> str:
         """A notebook's view: the same lines, and the points with their eligible rows and steps."""
         import html
-
-        from causalab_core.ir.summary import summary
 
         points = "".join(f"<tr><td>{html.escape(p.name or '(document)')}</td><td>{sum(p.eligible)}/{len(p.eligible)}"
                          f"</td><td>{len(p.steps)}</td></tr>" for p in self.points[:50])
@@ -326,3 +322,23 @@ existed (``resume.plan_digest`` and ``causalab plan --json`` read it)."""
 
 def _plain_dict(items: list[tuple[str, Any]]) -> dict[str, Any]:
     return {k: v for k, v in items if not (k in OPTIONAL and v is None)}
+
+
+def head(plan: Any) -> list[str]:
+    """The plan in a few lines: the model, the rows and inputs, the points and steps, position reuse, the metrics."""
+    m = plan.model
+    metrics = list(dict.fromkeys(f"{x.name} ({x.kind})" for point in plan.points for x in point.metrics))
+    return [
+        f"model  {m.key} (revision {m.revision or 'unpinned'}, {m.dtype}) from {m.source}",
+        f"       {m.architecture}: {m.layers} layers, width {m.width}, {m.heads} heads of {m.head_dim}, vocab {m.vocab}",
+        f"rows   {plan.rows}; inputs {', '.join(f'{k} ({max(len(p) for p in v)} tokens max)' for k, v in plan.prompts.items())}",
+        f"points {len(plan.points)}; steps {len(plan.steps())}" + (f"; requires {', '.join(plan.requires)}" if plan.requires else ""),
+        f"reuse  positions {'on' if plan.position_reuse else 'off'}: {plan.position_reuse_why}",
+        f"scores {', '.join(metrics) or 'none'}",
+    ]
+
+
+def summary(plan: Any) -> str:
+    """What a notebook shows of a plan: its name and ``head``."""
+    name = plan.document.get("name") if isinstance(plan.document, dict) else None
+    return "\n".join([f"<causalab Plan{' ' + repr(name) if name else ''}>", *("  " + line for line in head(plan))])

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from causalab_core.ir.nodes import Plan, PositionRecord, Site
-from causalab_core.ir.summary import head
+from causalab_core.ir.nodes import Plan, PositionRecord, Site, head
 
 
 def _site(site: Site) -> str:
