@@ -58,7 +58,7 @@ def frame_rows(frame: Any) -> list[dict[str, Any]]:
     twice = next((c for c in columns if columns.count(c) > 1), None)
     if twice is not None:
         raise DocumentError(f"rows: the DataFrame has two columns named {twice!r}")
-    return [{c: plain(v) for c, v in zip(columns, row) if not missing(plain(v))}
+    return [{c: value for c, v in zip(columns, row) if not missing(value := plain(v))}
             for row in frame.itertuples(index=False, name=None)]
 
 
@@ -87,7 +87,6 @@ def _data(value: Any, where: str = "$", source: str = IN_MEMORY) -> Any:
         return {k: _data(v, f"{where}.{k}", source) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_data(v, f"{where}[{i}]", source) for i, v in enumerate(value)]
-    value = plain(value)
     if value is not None and not isinstance(value, (str, int, float, bool)):
         raise DocumentError(f"{source}: {where}: a value of type {type(value).__name__} is not a JSON value "
                             "(text, a number, true or false, null, a list or an object)")

@@ -48,8 +48,9 @@ def text(run: LoadedRun) -> str:
     name = run.document.get("name")
     lines = [f"<causalab run{' ' + repr(name) if name else ''} ({_where(run)})>",
              f"  {points} point{'s' if points != 1 else ''}{axes}; {rows} rows; engine {run.run.get('engine')}"]
-    width = max((len(m) for m, _ in metric_lines(run)), default=0)
-    lines += [f"  {m.ljust(width)}  {said}" for m, said in metric_lines(run)]
+    said = metric_lines(run)
+    width = max((len(m) for m, _ in said), default=0)
+    lines += [f"  {m.ljust(width)}  {what}" for m, what in said]
     lines.append(f"  tables: .summaries ({len(run.records['summaries'])} rows), .rows ({len(run.records['rows']):,}), "
                  f".featurizers ({len(run.records['featurizers'])}); .plot(), .save(out)")
     return "\n".join(lines)
