@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from causalab_core.compiler.answers import answer_token
@@ -19,7 +18,9 @@ from causalab_core.document.schema import ReadSpec, WriteSpec
 from causalab_core.errors import DocumentError, PlanError, echo
 from causalab_core.compiler.interventions import lowered
 from causalab_core.compiler.estimates import check_estimable, estimated
-from causalab_core.compiler.featurizers import TrainingRows, identity, train_rows, trained_labels, with_loaded_state
+from causalab_core.compiler.featurizers import (
+    Featurizing, TrainingRows, identity, train_rows, trained_labels,
+)
 from causalab_core.compiler.steps import eligible_rows, run_order
 from causalab_core.ir import (
     FeaturizerRef, Fit, MetricPlan, Plan, Point, PositionRecord, Read, Run, Scoring, Write,
@@ -34,7 +35,7 @@ def _some(by_row: dict, rows: Any, limit: int = 8) -> str:
     return f"{shown}" + (f" and {more} more" if more else "")
 
 
-class Compiler:
+class Compiler(Featurizing):
     """Compiles one loaded document against one shell."""
 
     def __init__(self, loaded: LoadedDocument, shell: Shell, registry: Registry, metric_params: dict[str, Any]):
@@ -224,7 +225,7 @@ class Compiler:
             featurizer = None
             if spec.featurizer is not None:
                 fspec = point_doc["featurizers"][spec.featurizer]
-                featurizer = self._featurizer(spec.featurizer, fspec, site, spec.position, point)
+                featurizer = self._featurizer(spec.featurizer, point_doc["featurizers"], site, spec.position, point)
                 if fspec.get("train") and intervention is not None and intervention.kind != "swap":
                     raise PlanError(f"{where}.intervention: featurizer {spec.featurizer!r} is trained by a swap; "
                                     f"a write through it cannot be {intervention.kind!r} too")
@@ -234,15 +235,6 @@ class Compiler:
                 Write(wname, spec.source, site, self.windows(resolved), featurizer, intervention)
             )
         return writes, records, list(fits.values())
-
-    def _featurizer(self, name: str, fspec: dict, site, position, point: str) -> FeaturizerRef:
-        """The featurizer a write goes through: a file it loads resolved like data paths, checked against the site."""
-        params = {k: v for k, v in fspec.items() if k not in ("kind", "train")}
-        if params.get("load") and not Path(params["load"]).is_absolute():
-            params["load"] = str(self.loaded.data_folder / params["load"])
-        featurizer = FeaturizerRef(name, fspec["kind"], params)
-        self._check_featurizer(featurizer, site, f"$.featurizers.{name}", point)
-        return with_loaded_state(featurizer, self.ref, site, position, f"$.featurizers.{name}")
 
     def fit(self, point: str, featurizer: FeaturizerRef, train: dict, write: WriteSpec, read: Read,
             read_spec: ReadSpec, site) -> Fit:
@@ -260,6 +252,7 @@ class Compiler:
                   if len(t.positions) != len(s.positions)}
         if widths:
             raise PlanError(f"{where}: window widths differ between write and read on training row(s) {_some(widths, rows)}")
+        self._check_training(featurizer, site, len(rows), sum(2 * len(t.positions) for t in target), where)
         return Fit(
             path=self._path(point, f"fit/{featurizer.name}"),
             featurizer=featurizer,
@@ -269,7 +262,8 @@ class Compiler:
             target_input=write.input,
             prompts={name: tuple(r.ids for r in prompts[name]) for name in (read_spec.input, write.input)},
             labels=trained_labels(answer_token(self.shell.tokenizer, rows, train["label"], f"{where}.label"),
-                                  train.get("labels", "as_given"), train["seed"], where),
+                                  train.get("labels", "as_given"), train["seed"], where)
+            if train.get("label") else (0,) * len(rows),  # fitted from activations: no answer to predict
             data_digest=dataset.removeprefix("train:"),
             epochs=train["epochs"], batch_size=train["batch_size"], lr=train["lr"], seed=train["seed"],
             identity={**identity(self.ref, site, write.position, featurizer),
@@ -288,15 +282,6 @@ class Compiler:
             self._training[key] = train_rows(data, self.loaded.data_folder, self.loaded.source, where, tokenize,
                                              self.registry)
         return self._training[key]
-
-    def _check_featurizer(self, featurizer: FeaturizerRef, site, where: str, point: str) -> None:
-        """What the featurizer's plugin can check against the site's width, before weights load."""
-        cls = self.registry.get("featurizer", featurizer.kind)
-        try:
-            cls.check_site(cls.Params.model_validate(featurizer.params), site.width)
-        except ValueError as exc:
-            at = f" (sweep point {point})" if point else ""
-            raise PlanError(f"{where}: {exc}{at}") from None
 
     def _check_write(self, wname, where, point, site, resolved, source: Read) -> None:
         at = f" at sweep point {point}" if point else ""

@@ -16,6 +16,7 @@ from causalab_core.plugins.contracts import RowText
 from causalab_core.document.load import Rows, load_rows, safetensors_metadata
 from causalab_core.document.schema import DataSpec
 from causalab_core.errors import DocumentError, PlanError, echo
+from causalab_core.ir import FeaturizerRef
 from causalab_core.results.manifest import vouched_file
 
 
@@ -56,7 +57,51 @@ def identity(model: Any, site: Any, position: Any, featurizer: Any) -> dict[str,
     for key, value in featurizer.params.items():
         if key != "load" and isinstance(value, (int, str, float)):
             out[key] = str(value)
+    if featurizer.over is not None:  # what its features are: the kind, and the bytes or parameters it was made of
+        over = featurizer.over
+        out["over"] = f"{over.kind}:{over.state_digest or json.dumps(over.params, sort_keys=True)}"
     return out
+
+
+def read_files(featurizer: Any, cls: type, width: int, where: str) -> Any:
+    """A featurizer whose parameters name files it reads itself (``cls.paths``, an SAE's folder): the tensors
+    ``read_files`` gives, carried in the plan as safetensors bytes with their digest, the paths dropped."""
+    keys = [key for key in getattr(cls, "paths", ()) if featurizer.params.get(key)]
+    if not keys:
+        if getattr(cls, "paths", ()):
+            raise DocumentError(f"{where}: featurizer kind {echo(featurizer.kind)} reads its state from files: give "
+                                f"`{cls.paths[0]}`")
+        return featurizer
+    named = f"{where}.{keys[0]}"
+    try:
+        tensors = cls.read_files(cls.Params.model_validate(featurizer.params), width)
+    except OSError as exc:
+        raise DocumentError(f"{named}: {echo(featurizer.params[keys[0]])} cannot be read: "
+                            f"{exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise DocumentError(f"{named}: {exc}") from None
+    if tensors is None:
+        return featurizer
+    from safetensors.torch import save
+
+    data = save({k: v.contiguous() for k, v in sorted(tensors.items())})
+    refuse_not_finite(data, named)
+    params = {k: v for k, v in featurizer.params.items() if k not in keys}
+    return dataclasses.replace(featurizer, params=params, state=data, state_digest=hashlib.sha256(data).hexdigest())
+
+
+def features_width(featurizer: Any, width: int, registry: Any) -> int:
+    """How many features a featurizer gives on a site ``width`` wide: the instance an engine builds, on a
+    row of zeros."""
+    import torch
+
+    from causalab_core.runtime.featurizers import built
+
+    classes, ref = {}, featurizer
+    while ref is not None:
+        classes[ref.kind], ref = registry.get("featurizer", ref.kind), ref.over
+    with torch.no_grad():
+        return built(featurizer, width, featurizer.name, classes).featurize(torch.zeros(1, width))[0].shape[-1]
 
 
 def with_loaded_state(featurizer: Any, model: Any, site: Any, position: Any, where: str) -> Any:
@@ -110,3 +155,65 @@ def trained_labels(labels: tuple[int, ...], order: str, seed: int, where: str) -
         raise PlanError(f"{where}.labels: \"shuffled\" leaves every label as given ({why}), so the control "
                         "would train exactly as the unshuffled run; give rows with other labels, or another seed")
     return tuple(permuted)
+
+
+class Featurizing:
+    """The compiler's featurizer work (a mixin of ``compile.Compiler``, which has ``registry``, ``loaded``
+    and ``ref``): a write's featurizer resolved, composed and checked; a fit's rows checked."""
+
+    def _featurizer(self, name: str, specs: dict, site, position, point: str, seen: tuple = ()) -> FeaturizerRef:
+        """The featurizer a write goes through: files it reads resolved like data paths and carried in the plan,
+        the featurizer it works over (``over``) first, checked against the site (or that one's features)."""
+        where, fspec = f"$.featurizers.{name}", specs[name]
+        cls = self.registry.get("featurizer", fspec["kind"])
+        params = {k: v for k, v in fspec.items() if k not in ("kind", "train", "over")}
+        for key in ("load", *getattr(cls, "paths", ())):
+            if isinstance(params.get(key), str) and params[key] and not Path(params[key]).is_absolute():
+                params[key] = str(self.loaded.data_folder / params[key])
+        over, width = None, site.width
+        if fspec.get("over") is not None:
+            over, width = self._over(name, fspec["over"], specs, site, position, point, (*seen, name))
+        featurizer = read_files(FeaturizerRef(name, fspec["kind"], params, over=over), cls, width, where)
+        self._check_featurizer(featurizer, width, where, point)
+        return with_loaded_state(featurizer, self.ref, site, position, where)
+
+    def _over(self, name: str, inner: str, specs: dict, site, position, point: str,
+              seen: tuple) -> tuple[FeaturizerRef, int]:
+        """The featurizer ``name`` works over, and how many features it gives (the width ``name`` sees)."""
+        where = f"$.featurizers.{name}.over"
+        if inner not in specs:
+            raise DocumentError(f"{where}: no featurizer named {echo(inner)} (defined: {', '.join(sorted(specs))})")
+        if inner in seen:
+            raise DocumentError(f"{where}: {echo(inner)} is over {echo(name)} in turn; a featurizer cannot work "
+                                "over its own features")
+        if specs[inner].get("train"):
+            raise PlanError(f"{where}: {echo(inner)} is trained in this document; a featurizer another one works "
+                            "over is used as it is: give it `load` (a file a run trained) instead of `train`")
+        ref = self._featurizer(inner, specs, site, position, point, seen)
+        cls = self.registry.get("featurizer", ref.kind)
+        if not (hasattr(cls, "has_units") and cls.has_units(cls.Params.model_validate(ref.params))):
+            raise PlanError(f"{where}: featurizer {echo(inner)} (kind {echo(ref.kind)}) has no fixed set of "
+                            "features to work over")
+        return ref, features_width(ref, site.width, self.registry)
+
+    def _check_training(self, featurizer: FeaturizerRef, site, rows: int, activations: int, where: str) -> None:
+        """Enough training rows for the featurizer's kind (its ``check_training``), and two at least."""
+        if rows < 2:
+            raise PlanError(f"{where}.data: {rows} training row; a featurizer trained on one row learns that "
+                            "row's prompt, not a variable: give more")
+        cls = self.registry.get("featurizer", featurizer.kind)
+        width = features_width(featurizer.over, site.width, self.registry) if featurizer.over else site.width
+        try:
+            if hasattr(cls, "check_training"):
+                cls.check_training(cls.Params.model_validate(featurizer.params), width, rows, activations)
+        except ValueError as exc:
+            raise PlanError(f"{where}.data: {exc}") from None
+
+    def _check_featurizer(self, featurizer: FeaturizerRef, width: int, where: str, point: str) -> None:
+        """What the featurizer's plugin can check against the width it sees, before weights load."""
+        cls = self.registry.get("featurizer", featurizer.kind)
+        try:
+            cls.check_site(cls.Params.model_validate(featurizer.params), width)
+        except ValueError as exc:
+            at = f" (sweep point {point})" if point else ""
+            raise PlanError(f"{where}: {exc}{at}") from None

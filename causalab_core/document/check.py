@@ -205,14 +205,13 @@ def check_plugins(document: Document, registry: Registry) -> dict[str, Any]:
         for name, feat in document.featurizers.items():
             cls = registry.get("featurizer", feat.kind, f"$.featurizers.{name}.kind")
             for values, swept in _sweep_variants(document, feat):
-                params = _check_params(cls, values, f"$.featurizers.{name}", {"kind", "train"}, swept)
+                params = _check_params(cls, values, f"$.featurizers.{name}", {"kind", "train", "over"}, swept)
                 dumped = params.model_dump(mode="json")
                 for key, (axis, i) in swept.items():
                     if all(j == 0 or a == axis for a, j in swept.values()):  # vary this axis alone
                         checked.setdefault(axis, {}).setdefault(i, []).append(
                             json.dumps([name, key, dumped[key] if key in dumped else values[key]], sort_keys=True))
-            if feat.train is not None and not getattr(cls, "trainable", False):
-                raise DocumentError(f"$.featurizers.{name}.train: featurizer kind {echo(feat.kind)} has nothing to train")
+            check_training(name, feat, cls, params, document)
         _same_once_checked(document, checked)
         check_interventions(document, registry, _sweep_variants, _check_params)
         resolvers = [cls() for cls in registry.components("position").values()]
@@ -228,6 +227,30 @@ def check_plugins(document: Document, registry: Registry) -> dict[str, Any]:
     except MissingPlugin as exc:  # the document names what is not installed; a plugin's own mistake stays its own
         raise DocumentError(str(exc)) from None
     return metric_params
+
+
+def check_training(name: str, feat: Any, cls: type, params: Any, document: Document) -> None:
+    """What a featurizer's ``train`` (or its absence) and ``over`` must be for its kind."""
+    where = f"$.featurizers.{name}"
+    if feat.over is not None and feat.over not in document.featurizers:
+        raise DocumentError(f"{where}.over: no featurizer named {echo(feat.over)} "
+                            f"(defined: {', '.join(sorted(document.featurizers))})")
+    if feat.over == name:
+        raise DocumentError(f"{where}.over: a featurizer cannot work over its own features")
+    fits = getattr(cls, "fits", "interchange")
+    if feat.train is None:
+        if fits == "activations" and not getattr(params, "load", None):
+            raise DocumentError(f"{where}: featurizer kind {echo(feat.kind)} is fitted from the site's activations: "
+                                "give it `train` (the rows to fit on) or `load` (a file a run fitted)")
+        return
+    if not getattr(cls, "trainable", False):
+        raise DocumentError(f"{where}.train: featurizer kind {echo(feat.kind)} has nothing to train")
+    if fits == "interchange" and feat.train.label is None:
+        raise DocumentError(f"{where}.train.label: featurizer kind {echo(feat.kind)} is trained to predict an answer "
+                            "column; name it")
+    if fits == "activations" and feat.train.labels == "shuffled":
+        raise DocumentError(f"{where}.train.labels: featurizer kind {echo(feat.kind)} is fitted from activations, not "
+                            "labels, so shuffling them would change nothing; its control is a random subspace")
 
 
 def resolver_for(value: Any, resolvers: list, where: str) -> Any:

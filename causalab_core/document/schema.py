@@ -264,10 +264,11 @@ class WriteSpec(OptionalKeys):
 class TrainSpec(OptionalKeys):
     """Fit a featurizer's parameters before it is used: cross-entropy of ``label`` through the intervened model."""
 
-    OPTIONAL = ("labels",)
+    OPTIONAL = ("labels", "label")
 
     data: DataSpec = Field(description="Training rows (same columns as the document's data), e.g. the train split.")
-    label: str = Field(description="Answer column the intervened run should predict (usually the counterfactual's).")
+    label: str | None = Field(None, description="Answer column the intervened run should predict (usually the "
+                              "counterfactual's); a featurizer fitted from activations (`pca`) reads none.")
     epochs: int = Field(3, ge=1, description="Passes over the training rows.")
     batch_size: int = Field(32, ge=1, description="Training rows per optimizer step.")
     lr: float = Field(1e-2, gt=0, description="The optimizer's learning rate (Adam).")
@@ -277,12 +278,16 @@ class TrainSpec(OptionalKeys):
                            "steps; sweep it (`[\"as_given\", \"shuffled\"]`) to run both side by side.")
 
 
-class FeaturizerSpec(Refusing):
+class FeaturizerSpec(OptionalKeys):
     """A featurizer of a plugin-provided `kind`; its other keys are that kind's parameters."""
+
+    OPTIONAL = ("over",)
 
     model_config = ConfigDict(frozen=True, extra="allow", allow_inf_nan=False)
     kind: Name = Field(description="The featurizer (a plugin's, e.g. `das`); its other keys are its parameters.")
     train: TrainSpec | None = Field(None, description="Fit the featurizer on these rows first (engines with `training`).")
+    over: Name | None = Field(None, description="Another featurizer of this document whose features this one works "
+                              "on (a `mask` over an `sae`'s features); that one is used as it is, not trained here.")
 
 
 class MetricSpec(Refusing):

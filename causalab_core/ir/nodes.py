@@ -92,6 +92,9 @@ class FeaturizerRef:
     They travel with the plan, so an engine (or a server) never opens a client path."""
     state_digest: str | None = None
     """sha256 of ``state``, checked where the tensors are used and recorded in run.json."""
+    over: FeaturizerRef | None = None
+    """The featurizer whose features this one works on (a mask over an SAE's features): ``x`` goes through
+    ``over`` first, and this one sees its features."""
 
 
 @dataclass(frozen=True)
@@ -304,7 +307,8 @@ class Plan:
     def featurizers(self) -> list[FeaturizerRef]:
         """Every featurizer a write goes through (a Fit step's included), in plan order."""
         writes = [w for step in self.steps() for w in (step.writes if step.kind == "run" else (step.write,))]
-        return [w.featurizer for w in writes if w.featurizer is not None]
+        chains = [w.featurizer for w in writes if w.featurizer is not None]
+        return [ref for chain in chains for ref in _chain(chain)]
 
     def interventions(self) -> list[InterventionRef]:
         """Every intervention other than the plain swap a write makes, in plan order."""
@@ -342,3 +346,8 @@ def summary(plan: Any) -> str:
     """What a notebook shows of a plan: its name and ``head``."""
     name = plan.document.get("name") if isinstance(plan.document, dict) else None
     return "\n".join([f"<causalab Plan{' ' + repr(name) if name else ''}>", *("  " + line for line in head(plan))])
+
+
+def _chain(ref: FeaturizerRef) -> list[FeaturizerRef]:
+    """A featurizer and those it works over, outermost first."""
+    return [ref, *(_chain(ref.over) if ref.over is not None else ())]

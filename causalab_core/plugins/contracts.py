@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict
 
 from causalab_core.errors import EngineError
+# The featurizer contract has a module of its own (it is the longest); it is named here with the rest.
+from causalab_core.plugins.featurizing import Featurizer, NoParams  # noqa: F401
 
 if TYPE_CHECKING:
     import torch
@@ -38,12 +40,6 @@ CONFIGURED_HOST: Remote = True
 def remote_host(remote: Remote) -> str | None:
     """The host URL ``remote`` names, or None where it names none (here, simulated, the configured host)."""
     return remote if isinstance(remote, str) and remote != SIMULATED else None
-
-
-class NoParams(BaseModel):
-    """A component that takes no parameters."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class ReuseOptions(BaseModel):
@@ -213,45 +209,6 @@ class PositionResolver:
 
 
 # -- featurizers --------------------------------------------------------------
-
-
-class Featurizer:
-    """``featurize(x) -> (f, err)`` and ``inverse(f, err) -> x``, in float32.
-
-    A trainable featurizer (``trainable = True``) is also a ``torch.nn.Module``
-    whose ``parameters()`` an engine optimizes when the document asks for
-    training; ``state()`` is what gets saved (safetensors) and ``load_state``
-    puts it back.
-    """
-
-    name: ClassVar[str]
-    Params: ClassVar[type[BaseModel]] = NoParams
-    trainable: ClassVar[bool] = False
-
-    def __init__(self, params: BaseModel, width: int):
-        self.params = params
-        self.width = width
-
-    @classmethod
-    def check_site(cls, params: BaseModel, width: int) -> None:
-        """Raise ValueError if ``params`` cannot work on a site ``width`` wide (compile time, no weights)."""
-
-    def featurize(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``[..., width]`` activations -> their features, and what the features leave out (None where nothing)."""
-        raise NotImplementedError
-
-    def inverse(self, f: torch.Tensor, err: torch.Tensor | None) -> torch.Tensor:
-        """Features (and what they left out) -> activations: ``inverse(*featurize(x))`` gives ``x`` back."""
-        raise NotImplementedError
-
-    def state(self) -> dict[str, torch.Tensor]:
-        """The tensors that define this featurizer (empty for a parameter-free one)."""
-        return {}
-
-    def load_state(self, tensors: dict[str, torch.Tensor]) -> None:
-        """Put back what ``state`` returned (a trained file's tensors)."""
-        if tensors:
-            raise ValueError(f"featurizer {self.name!r} has no state to load")
 
 
 # -- interventions ------------------------------------------------------------

@@ -241,6 +241,9 @@ def featurizer_file(plan: Plan, fit: Fit, state: dict[str, Any], run: dict[str, 
         "train_data": fit.data_digest,
         "causalab": trained_digest(run, fit.featurizer.kind),
     }
+    if "units" in state:  # the features it keeps (a mask's units, a boundary's dimensions): in load's table
+        units = [int(u) for u in state["units"].reshape(-1).tolist()]
+        metadata.update(units=json.dumps(units), size=str(len(units)))
     return canonical_safetensors(save({k: v.contiguous() for k, v in state.items()}, metadata=metadata))
 
 

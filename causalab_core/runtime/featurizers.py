@@ -11,14 +11,52 @@ def featurizer_for(write, classes: Mapping[str, type]):
     """The featurizer instance a write goes through (None for a plain swap)."""
     if write.featurizer is None:
         return None
-    kind = write.featurizer.kind
-    if kind not in classes:
-        raise EngineError(f"write {write.name!r} needs featurizer kind {kind!r}, which the engine was not given")
-    cls = classes[kind]
-    featurizer = cls(cls.Params.model_validate(write.featurizer.params), write.site.width)
-    if write.featurizer.state is not None:
-        featurizer.load_state(loaded_state(write.featurizer))
-    return featurizer
+    return built(write.featurizer, write.site.width, write.name, classes)
+
+
+def built(ref, width: int, where: str, classes: Mapping[str, type]):
+    """A featurizer from its plan reference: its class, parameters and any state that travelled with it;
+    over another (``ref.over``), the two composed, this one as wide as the other's features."""
+    if ref.kind not in classes:
+        raise EngineError(f"write {where!r} needs featurizer kind {ref.kind!r}, which the engine was not given")
+    inner = built(ref.over, width, where, classes) if ref.over is not None else None
+    if inner is not None:
+        import torch
+
+        with torch.no_grad():
+            width = inner.featurize(torch.zeros(1, width))[0].shape[-1]
+    cls = classes[ref.kind]
+    featurizer = cls(cls.Params.model_validate(ref.params), width)
+    if ref.state is not None:
+        featurizer.load_state(loaded_state(ref))
+    return featurizer if inner is None else Over(featurizer, inner)
+
+
+class Over:
+    """``outer`` on the features of ``inner`` (a mask over an SAE's features). Training and state are the
+    outer one's; the inner one is used as it is."""
+
+    def __init__(self, outer, inner):
+        self.outer, self.inner = outer, inner
+        self.fits = getattr(outer, "fits", "interchange")
+
+    def featurize(self, x):
+        f, err = self.inner.featurize(x)
+        g, rest = self.outer.featurize(f)
+        return g, (rest, err)
+
+    def inverse(self, g, err):
+        rest, inner_err = err
+        return self.inner.inverse(self.outer.inverse(g, rest), inner_err)
+
+    def eval(self):
+        self.outer.eval()
+        return self
+
+    def __getattr__(self, name):  # parameters(), state(), anneal(), penalty(), ...: the outer one's
+        if name in ("outer", "inner"):  # not set yet (a copy being made): no recursion
+            raise AttributeError(name)
+        return getattr(self.outer, name)
 
 
 def loaded_state(ref) -> dict:

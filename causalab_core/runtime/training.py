@@ -27,18 +27,33 @@ def minibatch(fit: Fit, idx: list[int]) -> tuple[Run, tuple, Run, tuple, torch.T
 
 def fit_featurizer(fit: Fit, classes: Mapping[str, type], backward: Callable[[object, list[int]], None]):
     """Seeded init, seeded shuffling, Adam; ``backward(featurizer, idx)`` computes a minibatch's loss and
-    calls ``.backward()`` on it (inside a trace, for engines that need that)."""
+    calls ``.backward()`` on it (inside a trace, for engines that need that), and only runs the minibatch
+    where gradients are off. A featurizer fitted from ``activations`` gets one such pass over the rows in
+    order, then ``settle()``."""
     torch.manual_seed(fit.seed)
     featurizer = featurizer_for(fit.write, classes)
+    rows = len(fit.labels)
+    if getattr(featurizer, "fits", "interchange") == "activations":
+        with torch.no_grad():
+            for start in range(0, rows, fit.batch_size):
+                backward(featurizer, list(range(start, min(start + fit.batch_size, rows))))
+        featurizer.settle()
+        return featurizer.eval()
     # eps well above float32 noise: Adam's first steps are lr * sign(grad), so a gradient that is
     # numerically zero would otherwise move as far as a real one, and engines would part ways.
     optimizer = torch.optim.Adam(featurizer.parameters(), lr=fit.lr, eps=1e-5)
     order = torch.Generator().manual_seed(fit.seed)
-    rows = len(fit.labels)
+    steps, step = fit.epochs * -(-rows // fit.batch_size), 0
     for _ in range(fit.epochs):
         permutation = torch.randperm(rows, generator=order).tolist()
         for start in range(0, rows, fit.batch_size):
             optimizer.zero_grad()
+            if hasattr(featurizer, "anneal"):  # the contract's defaults, for a class that does not inherit it
+                featurizer.anneal(step, steps)
             backward(featurizer, permutation[start:start + fit.batch_size])
+            penalty = featurizer.penalty() if hasattr(featurizer, "penalty") else None
+            if penalty is not None:  # the loss is the sum: its gradients add up in .grad
+                penalty.backward()
             optimizer.step()
+            step += 1
     return featurizer.eval()

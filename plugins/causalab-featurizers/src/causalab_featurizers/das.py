@@ -55,6 +55,10 @@ class DAS(torch.nn.Module, Featurizer):
             raise ValueError(f"`rank` {width} is the whole site (width {width}): every rotation swaps all of it, "
                              f"as a plain swap does, so nothing is learned; use a rank below {width}")
 
+    @classmethod
+    def has_units(cls, params: DASParams) -> bool:
+        return params.part is None  # with `part`, the features are the whole base activation
+
     def __init__(self, params: DASParams, width: int):
         torch.nn.Module.__init__(self)
         Featurizer.__init__(self, params, width)

@@ -18,6 +18,10 @@ class Identity(Featurizer):
     name = "identity"
     Params = IdentityParams
 
+    @classmethod
+    def has_units(cls, params):
+        return True
+
     def featurize(self, x):
         if self.params.features is None:
             return x, None

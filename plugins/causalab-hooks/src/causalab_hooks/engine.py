@@ -231,7 +231,8 @@ class Execution:
             with torch.no_grad():
                 self.record(list(batches(source_prompts, None, self.device)), source, store)
             logits = self.last_logits(target_prompts, target, store, {fit.write.name: featurizer})
-            torch.nn.functional.cross_entropy(logits.float(), labels.to(logits.device)).backward()
+            if torch.is_grad_enabled():  # off: a featurizer fitted from activations only watches the swap
+                torch.nn.functional.cross_entropy(logits.float(), labels.to(logits.device)).backward()
 
         return fit_featurizer(fit, self.classes, backward)
 

@@ -188,8 +188,9 @@ def fit(model, step, classes, site_tensor=by_nnterp_name):
         store = {}
         with torch.no_grad():
             run_step(model, on_cpu(source_prompts), source, store, {}, site_tensor=site_tensor)
-        run_step(model, on_cpu(target_prompts), target, store, {step.write.name: featurizer}, labels=labels,
-                 site_tensor=site_tensor)
+        # Gradients off: a featurizer fitted from activations only watches the swap, with no loss to take.
+        run_step(model, on_cpu(target_prompts), target, store, {step.write.name: featurizer},
+                 labels=labels if torch.is_grad_enabled() else None, site_tensor=site_tensor)
 
     return fit_featurizer(step, classes, backward)
 
