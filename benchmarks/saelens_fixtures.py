@@ -10,8 +10,9 @@ For each architecture causalab reads (standard, topk, jumprelu) it builds an SAE
 and seeded weights (32 wide, as the tiny test Llama's residual stream, 64 features), saves it with
 `save_model` (cfg.json, sae_weights.safetensors), and writes `reference.safetensors`: inputs `x` and what
 SAELens's `encode` and `decode` give for them. It also writes one SAELens does not read as these
-(`gated`), for the refusal. With --check FOLDER... it loads SAE folders causalab's recipe wrote with
-SAELens's `load_from_disk` and prints how far its encodings are from causalab's saved reference.
+(`gated`), for the refusal. With --check FOLDER... it loads SAE folders causalab's recipe
+(`python -m causalab_featurizers.sae_recipe`) wrote with SAELens's `load_from_disk`, and prints how far
+SAELens's encoding is from the recipe's formula.
 """
 
 from __future__ import annotations
@@ -62,12 +63,18 @@ def write(out: Path) -> None:
 
 
 def check(folders: list[Path]) -> None:
+    """SAE folders causalab's recipe wrote, loaded by SAELens: its encoding against the recipe's formula."""
     for folder in folders:
         sae = SAE.load_from_disk(str(folder))
-        ref = load_file(folder / "reference.safetensors")
+        weights = load_file(folder / "sae_weights.safetensors")
+        x = torch.randn(16, sae.cfg.d_in, generator=torch.Generator().manual_seed(0)) + weights["b_dec"]
+        pre = (x - weights["b_dec"]) @ weights["W_enc"] + weights["b_enc"]
+        top = pre.topk(sae.cfg.k, dim=-1)
+        code = torch.zeros_like(pre).scatter(-1, top.indices, top.values.relu())
         with torch.no_grad():
-            code = sae.encode(ref["x"])
-        print(folder, type(sae).__name__, "max |code - causalab's|:", float((code - ref["code"]).abs().max()))
+            got = sae.encode(x)
+        print(folder, type(sae).__name__, f"d_in {sae.cfg.d_in} d_sae {sae.cfg.d_sae} k {sae.cfg.k}",
+              "max |SAELens - recipe|:", float((got - code).abs().max()))
 
 
 if __name__ == "__main__":

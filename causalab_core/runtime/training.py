@@ -53,7 +53,7 @@ def fit_featurizer(fit: Fit, classes: Mapping[str, type], backward: Callable[[ob
             backward(featurizer, permutation[start:start + fit.batch_size])
             penalty = featurizer.penalty() if hasattr(featurizer, "penalty") else None
             if penalty is not None:  # the loss is the sum: its gradients add up in .grad
-                penalty.backward()
+                torch.autograd.backward(penalty)  # not Tensor.backward, which nnsight takes over outside a trace
             optimizer.step()
             step += 1
     return featurizer.eval()

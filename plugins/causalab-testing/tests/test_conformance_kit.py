@@ -252,6 +252,29 @@ def test_a_trainable_featurizer_that_does_not_load_its_state_fails():
           match="after load_state\\(state\\(\\)\\) computes other values")
 
 
+class Active(Rotation):
+    """Claims fixed units (``has_units``) but keeps only the coordinates that are positive somewhere (broken)."""
+
+    @classmethod
+    def has_units(cls, params):
+        return True
+
+    def featurize(self, x):
+        keep = (x > 0).any(0).any(0) if x.dim() > 2 else (x > 0).any(0)
+        return x[..., keep], (x, keep)
+
+    def inverse(self, f, err):
+        x, keep = err
+        out = x.clone()
+        out[..., keep] = f
+        return out
+
+
+def test_a_featurizer_whose_units_vary_with_the_input_fails():
+    fails(FeaturizerConformance().test_how_it_is_fitted_and_its_units_are_what_it_declares,
+          Active(RotationParams(seed=1), 6), match="says it has units .* gives .* features on different inputs")
+
+
 # -- position resolvers --------------------------------------------------------------
 
 

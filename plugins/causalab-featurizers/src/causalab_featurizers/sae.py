@@ -73,7 +73,7 @@ class SAE(Featurizer):
                 raise ValueError(f"sae_weights.safetensors: {key} should be {shape} for d_in {d_in}, d_sae {d_sae}; "
                                  f"it is {found}")
         out = {key: weights[key].float() for key in shapes}
-        out["b_in"] = out["b_dec"] if cfg["apply_b_dec_to_input"] else torch.zeros(d_in)
+        out["b_in"] = out["b_dec"].clone() if cfg["apply_b_dec_to_input"] else torch.zeros(d_in)
         if cfg["architecture"] == "topk":
             out["k"] = torch.tensor([cfg["k"]])
         bad = [f for f in params.features or () if not 0 <= f < d_sae]

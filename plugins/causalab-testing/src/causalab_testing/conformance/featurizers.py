@@ -15,7 +15,24 @@ from causalab_testing.conformance.common import must_override, assert_params_for
 def _outputs(featurizer, x: torch.Tensor) -> list[torch.Tensor]:
     with torch.no_grad():
         f, err = featurizer.featurize(x)
-        return [t for t in (f, err, featurizer.inverse(f, err), swap(featurizer, x, x.flip(0))) if t is not None]
+        return [t for t in (f, *_flat(err), featurizer.inverse(f, err), swap(featurizer, x, x.flip(0)))
+                if t is not None]
+
+
+def _flat(err) -> tuple:
+    """What a featurizer leaves out, as tensors: it may be a tensor, None, or a tuple of them."""
+    return tuple(t for e in err for t in _flat(e)) if isinstance(err, tuple) else (err,)
+
+
+def fitted(featurizer, seed: int = 5):
+    """A featurizer fitted from activations (``fits = "activations"``) on seeded samples, as the training pass
+    fits it (``featurize`` under no_grad, then ``settle``); any other as it is."""
+    if getattr(featurizer, "fits", "interchange") == "activations":
+        with torch.no_grad():
+            featurizer.featurize(torch.randn(4 * featurizer.width, featurizer.width,
+                                             generator=torch.Generator().manual_seed(seed)))
+        featurizer.settle()
+    return featurizer
 
 
 class FeaturizerConformance:
@@ -35,10 +52,20 @@ class FeaturizerConformance:
 
     def fresh(self, featurizer, global_seed: int):
         """A new instance with the same parameters, made under another global random state (restored after)."""
+        return self.made(featurizer, global_seed, fit=True)
+
+    @staticmethod
+    def made(featurizer, global_seed: int, *, fit: bool):
+        """An instance as the compiler and an engine make it: the files its ``paths`` name read into it; fitted
+        on the suite's samples where it is fitted from activations and ``fit`` is asked."""
         cls = type(featurizer)
+        params = cls.Params.model_validate(featurizer.params.model_dump(mode="json"))
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(global_seed)
-            return cls(cls.Params.model_validate(featurizer.params.model_dump(mode="json")), featurizer.width)
+            made = cls(params, featurizer.width)
+        if getattr(cls, "paths", ()):
+            made.load_state(cls.read_files(params, featurizer.width))
+        return fitted(made) if fit else made
 
     def test_inverse_undoes_featurize(self, featurizer):
         x = self.sample(featurizer)
@@ -63,6 +90,21 @@ class FeaturizerConformance:
                             "different global random states): draw anything random from a generator seeded by "
                             "the parameters", pytrace=False)
 
+    def test_how_it_is_fitted_and_its_units_are_what_it_declares(self, featurizer):
+        """``fits`` is one of the two ways (``activations`` only for a trainable one); ``has_units``: the same
+        number of features whatever the input, which a featurizer over them is made as wide as."""
+        fits = getattr(featurizer, "fits", "interchange")
+        assert fits in ("interchange", "activations"), f"featurizer {featurizer.name!r}: fits = {fits!r}"
+        assert fits == "interchange" or getattr(featurizer, "trainable", False), (
+            f"featurizer {featurizer.name!r} is fitted from activations but not trainable")
+        if getattr(featurizer, "has_units", None) and featurizer.has_units(featurizer.params):
+            x = self.sample(featurizer)
+            with torch.no_grad():
+                widths = {featurizer.featurize(part)[0].shape[-1] for part in (x, x[:1], torch.zeros_like(x[:2]))}
+            if len(widths) != 1:
+                pytest.fail(f"featurizer {featurizer.name!r} says it has units (has_units) but gives "
+                            f"{sorted(widths)} features on different inputs", pytrace=False)
+
     def test_params_forbid_unknown_keys(self, featurizer):
         assert_params_forbid_unknown_keys(f"featurizer {featurizer.name!r}", type(featurizer).Params,
                                           featurizer.params.model_dump(mode="json"))
@@ -73,16 +115,20 @@ class FeaturizerConformance:
             pytest.skip("not trainable")
         from safetensors.torch import load, save
 
-        trained = self.fresh(featurizer, 3)
-        assert list(trained.parameters()), f"trainable featurizer {featurizer.name!r} has no parameters to train"
-        gen = torch.Generator().manual_seed(11)
-        with torch.no_grad():  # stands in for training: every parameter moves
-            for p in trained.parameters():
-                p.add_(0.1 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+        by_activations = getattr(featurizer, "fits", "interchange") == "activations"
+        if by_activations:  # fitted on other samples than an untrained one compared below would be
+            trained = fitted(self.made(featurizer, 3, fit=False), seed=11)
+        else:
+            trained = self.fresh(featurizer, 3)
+            assert list(trained.parameters()), f"trainable featurizer {featurizer.name!r} has no parameters to train"
+            gen = torch.Generator().manual_seed(11)
+            with torch.no_grad():  # stands in for training: every parameter moves
+                for p in trained.parameters():
+                    p.add_(0.1 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
         state = trained.state()
         assert state and all(isinstance(v, torch.Tensor) for v in state.values()), (
             f"featurizer {featurizer.name!r}: state() must be a non-empty dict of tensors for a trainable featurizer")
-        loaded = self.fresh(featurizer, 4)
+        loaded = self.made(featurizer, 4, fit=not by_activations)
         loaded.load_state(load(save({k: v.contiguous() for k, v in state.items()})))
         x = self.sample(featurizer)
         for a, b in zip(_outputs(trained, x), _outputs(loaded, x)):
