@@ -159,3 +159,53 @@ def test_ndif_env_shows_a_server_without_causalab(bare_server):
     assert rows["causalab-metrics"].split("│")[4].strip() == "client only"
     assert "code=auto picks shipped: the server's /env lists no causalab-core, so the block's code travels by value" \
         in done.stdout
+
+
+def featurizers_document(tmp_path: Path) -> Path:
+    """The answer's controls study made small: PCA, the mask, boundless DAS, DAS and a mask over an SAE's
+    features, trained on 64 pairs for 2 epochs, and the SAE alone (forward only)."""
+    document = json.loads((ROOT / "documents/real/weekdays_featurizers_answer_controls.json").read_text())
+    document.pop("sweep")
+    kinds = ["pca", "mask", "boundless", "das", "sae_mask", "sae"]
+    for name, spec in document["featurizers"].items():
+        if "train" in spec:
+            spec["train"]["data"]["causal_model"]["rows"] = 64
+            spec["train"].update(epochs=2)
+            spec["train"].pop("labels", None)
+        if name == "sae":
+            spec["path"] = str(ROOT / "documents/real" / spec["path"])
+    document["inputs"] = ["base", "counterfactual", *kinds]
+    document["columns"] = {k: "base" for k in kinds}
+    site = {k: document["reads"]["cf_resid"][k] for k in ("layer", "site", "position")}
+    document["writes"] = {f"via_{k}": {"input": k, "source": "cf_resid", **site, "featurizer": k} for k in kinds}
+    document["metrics"] = {f"iia_{k}": {**document["metrics"]["iia_pca"], "input": k} for k in kinds}
+    document["featurizers"] = {k: v for k, v in document["featurizers"].items() if not k.startswith("random")}
+    path = tmp_path / "featurizers.json"
+    path.write_text(json.dumps(document))
+    return path
+
+
+def test_every_featurizer_kind_runs_on_servers_with_and_without_causalab(ndif_server, bare_server, tmp_path):
+    """What is fitted without a backward pass (PCA) and what only runs forward (the SAE) comes home byte for
+    byte; what is trained comes home within training's spread (the server's actor runs torch on one thread),
+    with the same identity."""
+    from safetensors import safe_open
+
+    path = featurizers_document(tmp_path)
+    run_local(path, tmp_path / "l")
+    for server, side in ((ndif_server, "installed"), (bare_server, "shipped")):
+        done = run(server, path, tmp_path / side)
+        assert done.returncode == 0, done.stderr
+        for name in ("iia_sae.json", "iia_pca.json", "pca.safetensors"):
+            assert (tmp_path / "l" / name).read_bytes() == (tmp_path / side / name).read_bytes(), (side, name)
+        for kind in ("mask", "boundless", "das", "sae_mask"):
+            iia = [json.loads((tmp_path / s / f"iia_{kind}.json").read_text())["summary"]["mean"] for s in ("l", side)]
+            assert abs(iia[0] - iia[1]) <= 0.1, (side, kind, iia)
+            with safe_open(tmp_path / "l" / f"{kind}.safetensors", "pt") as a, \
+                 safe_open(tmp_path / side / f"{kind}.safetensors", "pt") as b:
+                drop = ("units", "size")  # what training chose: within its spread, not bit for bit
+                assert {k: v for k, v in a.metadata().items() if k not in drop} == \
+                       {k: v for k, v in b.metadata().items() if k not in drop}
+    code = json.loads((tmp_path / "shipped" / "run.json").read_text())["code"]
+    assert {"causalab_featurizers.pca", "causalab_featurizers.mask", "causalab_featurizers.boundless",
+            "causalab_featurizers.sae"} <= set(code["modules"])

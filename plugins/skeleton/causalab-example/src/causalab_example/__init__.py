@@ -1,5 +1,5 @@
-"""causalab-example: a plugin skeleton with one metric (the Brier score of an answer column) and one
-intervention kind (directional ablation, a custom `apply`)."""
+"""causalab-example: a plugin skeleton with one metric (the Brier score of an answer column), one
+intervention kind (directional ablation, a custom `apply`) and one featurizer (a learned direction)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from causalab_core import hookimpl
-from causalab_core.plugins.contracts import Intervention, Metric, MetricInputs, MetricValues, Recipe, mean_over_eligible
+from causalab_core.plugins.contracts import (
+    Featurizer, Intervention, Metric, MetricInputs, MetricValues, Recipe, mean_over_eligible,
+)
 
 
 class BrierParams(BaseModel):
@@ -58,6 +60,59 @@ class ProjectOut(Intervention):
         return x - (x * u).sum(-1, keepdim=True) * u
 
 
+class DirectionParams(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    seed: int = Field(0, description="Draws the initial direction (never torch's global state: every engine "
+                      "makes its own instance and must compute the same values).")
+    load: str | None = Field(None, description="A trained direction (a causalab run's file) to use as is.")
+
+
+class Direction(torch.nn.Module, Featurizer):
+    """One learned direction ``u`` (kept at unit length): the feature is ``x . u``, the rest ``x - (x . u) u``,
+    so a swap exchanges the component along ``u`` and keeps the base's other ones (a rank-1 DAS)."""
+
+    name = "example_direction"
+    Params = DirectionParams
+    trainable = True  # a document's `train` fits it by interchange, as DAS: Adam on parameters(), the label's loss
+
+    @classmethod
+    def check_site(cls, params: DirectionParams, width: int) -> None:
+        # Compile time, before weights load: raise ValueError for what cannot work; core adds the JSON path.
+        if width < 2:
+            raise ValueError(f"a direction of a {width}-wide site is the whole site")
+
+    @classmethod
+    def has_units(cls, params: DirectionParams) -> bool:
+        return True  # one feature, whatever the input: a mask could be trained over it (`over`)
+
+    def __init__(self, params: DirectionParams, width: int):
+        torch.nn.Module.__init__(self)
+        Featurizer.__init__(self, params, width)
+        self.raw = torch.nn.Parameter(torch.randn(width, generator=torch.Generator().manual_seed(params.seed)))
+
+    def unit(self) -> torch.Tensor:
+        return torch.nn.functional.normalize(self.raw, dim=0)
+
+    def featurize(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # x: [..., width] float32. Return the features and what they leave out; inverse must give x back.
+        u = self.unit().to(x.device)
+        along = x.float() @ u
+        return along.unsqueeze(-1), x.float() - along.unsqueeze(-1) * u
+
+    def inverse(self, f: torch.Tensor, err: torch.Tensor) -> torch.Tensor:
+        return err + f * self.unit().to(f.device)
+
+    def state(self) -> dict[str, torch.Tensor]:
+        # What a run saves as `<name>.safetensors` and a document's `load` gives back to load_state.
+        return {"direction": self.unit().detach().cpu().contiguous()}
+
+    def load_state(self, tensors: dict[str, torch.Tensor]) -> None:
+        if tensors["direction"].shape != (self.width,):
+            raise ValueError(f"a direction file holds one vector of the site's width ({self.width})")
+        with torch.no_grad():
+            self.raw.copy_(tensors["direction"])
+
+
 @hookimpl
 def causalab_metrics():
     return [Brier]
@@ -66,3 +121,8 @@ def causalab_metrics():
 @hookimpl
 def causalab_interventions():
     return [ProjectOut]
+
+
+@hookimpl
+def causalab_featurizers():
+    return [Direction]
