@@ -46,7 +46,12 @@ class SAE(Featurizer):
         from safetensors.torch import load_file
 
         folder = Path(params.path)
-        cfg = json.loads((folder / "cfg.json").read_text())
+        try:
+            cfg = json.loads((folder / "cfg.json").read_text())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{folder / 'cfg.json'} is not JSON: {exc}") from None
+        if not isinstance(cfg, dict):
+            raise ValueError(f"{folder / 'cfg.json'} holds {type(cfg).__name__}, not SAELens's config object")
         missing = [key for key in REQUIRED if key not in cfg]
         if missing:
             raise ValueError(f"{folder / 'cfg.json'} lacks {', '.join(missing)}")
@@ -62,7 +67,12 @@ class SAE(Featurizer):
             raise ValueError(f"the SAE reads {cfg['d_in']}-wide activations (d_in), the site is {width} wide")
         if cfg["architecture"] == "topk" and not isinstance(cfg.get("k"), int):
             raise ValueError(f"{folder / 'cfg.json'} of a topk SAE lacks an integer `k`")
-        weights = load_file(folder / "sae_weights.safetensors")
+        try:
+            weights = load_file(folder / "sae_weights.safetensors")
+        except OSError:
+            raise
+        except Exception as exc:  # safetensors' own error for a file that is not one
+            raise ValueError(f"{folder / 'sae_weights.safetensors'} is not a safetensors file: {exc}") from None
         d_in, d_sae = cfg["d_in"], cfg["d_sae"]
         shapes = {"W_enc": (d_in, d_sae), "W_dec": (d_sae, d_in), "b_enc": (d_sae,), "b_dec": (d_in,)}
         if cfg["architecture"] == "jumprelu":
