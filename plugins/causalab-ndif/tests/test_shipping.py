@@ -83,13 +83,15 @@ def test_server_requirements_for_the_shipped_mode_name_no_causalab():
                                    for name in ("torch", "transformers", "nnsight", "pydantic")]
 
 
-def test_no_module_a_block_ships_imports_causalab_inside_a_function():
-    """Shipped code is rebuilt on a server with no causalab: an import run there would fail."""
+def test_no_module_a_block_ships_imports_causalab_inside_a_function_or_calls_super_bare():
+    """Shipped code is rebuilt on a server with no causalab: an import run there would fail, and a function
+    rebuilt from its source has no ``__class__`` cell, so a zero-argument ``super()`` fails there too."""
     import ast
     import importlib
 
     shipped = ["causalab_nnterp.block", "causalab_nnterp.sites", "causalab_core.errors", "causalab_core.ir.nodes",
-               "causalab_core.plugins.contracts", "causalab_featurizers.das", "causalab_featurizers.identity",
+               "causalab_core.plugins.contracts", "causalab_core.plugins.featurizing",
+               *(f"causalab_featurizers.{name}" for name in ("das", "identity", "pca", "mask", "boundless", "sae")),
                *(f"causalab_core.runtime.{name}" for name in ("batches", "featurizers", "scores", "training", "windows"))]
     found = []
     for name in shipped:
@@ -99,6 +101,8 @@ def test_no_module_a_block_ships_imports_causalab_inside_a_function():
                 modules = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
                 found += [f"{name}.{function.name}: {m}" for m in modules if m.startswith("causalab")]
+                if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "super" and not node.args:
+                    found.append(f"{name}.{function.name}: super()")
     assert found == []
 
 

@@ -92,7 +92,7 @@ class SAE(Featurizer):
         return out
 
     def __init__(self, params: SAEParams, width: int):
-        super().__init__(params, width)
+        Featurizer.__init__(self, params, width)  # no zero-argument super(): the class may travel by value
         self.weights: dict[str, torch.Tensor] = {}
 
     def load_state(self, tensors: dict[str, torch.Tensor]) -> None:
