@@ -100,6 +100,9 @@ def workspace(tmp: Path, source: Path) -> Path:
             axis[:] = [str((source.parent / name).resolve()) for name in axis]
         elif vector is not None:
             write["intervention"]["vector"] = str((source.parent / vector).resolve())
+    for featurizer in document.get("featurizers", {}).values():  # an SAE's folder stays the shipped one
+        if featurizer.get("kind") == "sae":
+            featurizer["path"] = str((source.parent / featurizer["path"]).resolve())
     path = tmp / "doc.json"
     path.write_text(json.dumps(document))
     return path

@@ -252,6 +252,9 @@ class Compiler(Featurizing):
                   if len(t.positions) != len(s.positions)}
         if widths:
             raise PlanError(f"{where}: window widths differ between write and read on training row(s) {_some(widths, rows)}")
+        labels = trained_labels(answer_token(self.shell.tokenizer, rows, train["label"], f"{where}.label"),
+                                train.get("labels", "as_given"), train["seed"], where) \
+            if train.get("label") else (0,) * len(rows)  # fitted from activations: no answer to predict
         self._check_training(featurizer, site, len(rows), sum(2 * len(t.positions) for t in target), where)
         return Fit(
             path=self._path(point, f"fit/{featurizer.name}"),
@@ -261,9 +264,7 @@ class Compiler(Featurizing):
             source_input=read_spec.input,
             target_input=write.input,
             prompts={name: tuple(r.ids for r in prompts[name]) for name in (read_spec.input, write.input)},
-            labels=trained_labels(answer_token(self.shell.tokenizer, rows, train["label"], f"{where}.label"),
-                                  train.get("labels", "as_given"), train["seed"], where)
-            if train.get("label") else (0,) * len(rows),  # fitted from activations: no answer to predict
+            labels=labels,
             data_digest=dataset.removeprefix("train:"),
             epochs=train["epochs"], batch_size=train["batch_size"], lr=train["lr"], seed=train["seed"],
             identity={**identity(self.ref, site, write.position, featurizer),
