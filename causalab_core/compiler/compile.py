@@ -19,7 +19,7 @@ from causalab_core.errors import DocumentError, PlanError, echo
 from causalab_core.compiler.interventions import lowered
 from causalab_core.compiler.estimates import check_estimable, estimated
 from causalab_core.compiler.featurizers import (
-    Featurizing, TrainingRows, identity, train_rows, trained_labels,
+    Featurizing, TrainingRows, defaults_of, identity, train_rows, trained_labels,
 )
 from causalab_core.compiler.steps import eligible_rows, run_order
 from causalab_core.ir import (
@@ -267,7 +267,8 @@ class Compiler(Featurizing):
             labels=labels,
             data_digest=dataset.removeprefix("train:"),
             epochs=train["epochs"], batch_size=train["batch_size"], lr=train["lr"], seed=train["seed"],
-            identity={**identity(self.ref, site, write.position, featurizer),
+            identity={**identity(self.ref, site, write.position, featurizer,
+                                 defaults_of(self.registry.get("featurizer", featurizer.kind))),
                       **({"labels": "shuffled"} if train.get("labels") == "shuffled" else {})},
         )
 

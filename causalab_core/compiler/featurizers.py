@@ -42,8 +42,10 @@ def train_rows(data: dict, folder: Path, source: str, where: str,
     return TrainingRows(rows, tokenize(rows), f"train:{data_digest(rows)}")
 
 
-def identity(model: Any, site: Any, position: Any, featurizer: Any) -> dict[str, str]:
-    """What a featurizer file must match to be used here (all strings, as safetensors metadata)."""
+def identity(model: Any, site: Any, position: Any, featurizer: Any, defaults: dict | None = None) -> dict[str, str]:
+    """What a featurizer file must match to be used here (all strings, as safetensors metadata). ``defaults``:
+    the kind's parameters at their defaults, so a parameter a document states at its default reads as one
+    it leaves out."""
     out = {
         "kind": featurizer.kind,
         "model_key": model.key,
@@ -54,13 +56,23 @@ def identity(model: Any, site: Any, position: Any, featurizer: Any) -> dict[str,
     }
     if site.head is not None:
         out["head"] = str(site.head)
-    for key, value in featurizer.params.items():
+    for key, value in {**(defaults or {}), **featurizer.params}.items():
         if key != "load" and isinstance(value, (int, str, float)):
             out[key] = str(value)
-    if featurizer.over is not None:  # what its features are: the kind, and the bytes or parameters it was made of
-        over = featurizer.over
-        out["over"] = f"{over.kind}:{over.state_digest or json.dumps(over.params, sort_keys=True)}"
+    if featurizer.over is not None:  # what its features are: each featurizer under it, its bytes or parameters
+        out["over"] = json.dumps(chain(featurizer.over), sort_keys=True)
     return out
+
+
+def chain(ref: Any) -> list[list]:
+    """A featurizer and those under it, each as its kind and its state's digest (or its parameters)."""
+    made = [ref.kind, ref.state_digest or {k: v for k, v in ref.params.items() if k != "load"}]
+    return [made, *(chain(ref.over) if ref.over is not None else ())]
+
+
+def defaults_of(cls: type) -> dict:
+    """A featurizer kind's parameters that have a default, at it (plain JSON values)."""
+    return {name: field.get_default() for name, field in cls.Params.model_fields.items() if not field.is_required()}
 
 
 def read_files(featurizer: Any, cls: type, width: int, where: str) -> Any:
@@ -104,7 +116,8 @@ def features_width(featurizer: Any, width: int, registry: Any) -> int:
         return built(featurizer, width, featurizer.name, classes).featurize(torch.zeros(1, width))[0].shape[-1]
 
 
-def with_loaded_state(featurizer: Any, model: Any, site: Any, position: Any, where: str) -> Any:
+def with_loaded_state(featurizer: Any, model: Any, site: Any, position: Any, where: str,
+                      defaults: dict | None = None) -> Any:
     """A featurizer that loads a trained file: its bytes read once, checked against this model, site and
     position, and carried in the plan (``state``, ``state_digest``) instead of the path."""
     path = featurizer.params.get("load")
@@ -117,11 +130,11 @@ def with_loaded_state(featurizer: Any, model: Any, site: Any, position: Any, whe
     except OSError as exc:
         raise DocumentError(f"{named} cannot be read: {exc.strerror or exc}") from None
     found = safetensors_metadata(data, named)
-    for key, expected in identity(model, site, position, featurizer).items():
-        if found.get(key) != expected:
-            raise PlanError(
-                f"{named} was trained with {key} = {echo(found.get(key))}, this document has {echo(expected)}"
-            )
+    expected = identity(model, site, position, featurizer, defaults)
+    for key in (*expected, *(["over"] if "over" in found else [])):  # trained over one: only over the same
+        if found.get(key) != expected.get(key):
+            raise PlanError(f"{named} was trained with {key} = {echo(found.get(key))}, this document has "
+                            f"{echo(expected.get(key))}")
     refuse_not_finite(data, named)
     params = {k: v for k, v in featurizer.params.items() if k != "load"}
     return dataclasses.replace(featurizer, params=params, state=data, state_digest=hashlib.sha256(data).hexdigest())
@@ -175,7 +188,7 @@ class Featurizing:
             over, width = self._over(name, fspec["over"], specs, site, position, point, (*seen, name))
         featurizer = read_files(FeaturizerRef(name, fspec["kind"], params, over=over), cls, width, where)
         self._check_featurizer(featurizer, width, where, point)
-        return with_loaded_state(featurizer, self.ref, site, position, where)
+        return with_loaded_state(featurizer, self.ref, site, position, where, defaults_of(cls))
 
     def _over(self, name: str, inner: str, specs: dict, site, position, point: str,
               seen: tuple) -> tuple[FeaturizerRef, int]:

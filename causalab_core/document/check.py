@@ -242,9 +242,19 @@ def check_training(name: str, feat: Any, cls: type, params: Any, document: Docum
         if fits == "activations" and not getattr(params, "load", None):
             raise DocumentError(f"{where}: featurizer kind {echo(feat.kind)} is fitted from the site's activations: "
                                 "give it `train` (the rows to fit on) or `load` (a file a run fitted)")
+        if getattr(cls, "needs_fit", False) and not getattr(params, "load", None):
+            raise DocumentError(f"{where}: featurizer kind {echo(feat.kind)} changes nothing untrained: give it "
+                                "`train` or `load` (a file a run trained)")
         return
     if not getattr(cls, "trainable", False):
         raise DocumentError(f"{where}.train: featurizer kind {echo(feat.kind)} has nothing to train")
+    if getattr(params, "load", None):
+        raise DocumentError(f"{where}: `train` and `load` together; give one (a loaded file is used as it is)")
+    if fits == "activations":
+        unused = sorted({"label", "epochs", "lr"} & feat.train.model_fields_set)
+        if unused:
+            raise DocumentError(f"{where}.train.{unused[0]}: featurizer kind {echo(feat.kind)} is fitted in one pass "
+                                f"from the activations; {', '.join(f'`{u}`' for u in unused)} do not apply")
     if fits == "interchange" and feat.train.label is None:
         raise DocumentError(f"{where}.train.label: featurizer kind {echo(feat.kind)} is trained to predict an answer "
                             "column; name it")

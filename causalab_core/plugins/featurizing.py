@@ -32,6 +32,9 @@ class Featurizer:
     Params: ClassVar[type[BaseModel]] = NoParams
     trainable: ClassVar[bool] = False
     fits: ClassVar[Literal["interchange", "activations"]] = "interchange"
+    needs_fit: ClassVar[bool] = False
+    """Untrained and unloaded it changes nothing (a mask keeping no unit): a document must give it ``train`` or
+    ``load`` (implied where ``fits`` is ``activations``)."""
     paths: ClassVar[tuple[str, ...]] = ()
     """Parameters that name a file or folder (relative to the document's data folder) that ``read_files``
     reads on the client: the compiler carries what it read in the plan, never the path."""

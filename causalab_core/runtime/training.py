@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 
 import torch
 
+from causalab_core.errors import EngineError
 from causalab_core.ir import Fit, Read, Run, Write
 from causalab_core.runtime.featurizers import featurizer_for
 
@@ -38,7 +39,7 @@ def fit_featurizer(fit: Fit, classes: Mapping[str, type], backward: Callable[[ob
             for start in range(0, rows, fit.batch_size):
                 backward(featurizer, list(range(start, min(start + fit.batch_size, rows))))
         featurizer.settle()
-        return featurizer.eval()
+        return finite(fit, featurizer.eval())
     # eps well above float32 noise: Adam's first steps are lr * sign(grad), so a gradient that is
     # numerically zero would otherwise move as far as a real one, and engines would part ways.
     optimizer = torch.optim.Adam(featurizer.parameters(), lr=fit.lr, eps=1e-5)
@@ -56,4 +57,17 @@ def fit_featurizer(fit: Fit, classes: Mapping[str, type], backward: Callable[[ob
                 torch.autograd.backward(penalty)  # not Tensor.backward, which nnsight takes over outside a trace
             optimizer.step()
             step += 1
-    return featurizer.eval()
+    return finite(fit, featurizer.eval())
+
+
+def finite(fit: Fit, featurizer):
+    """The trained featurizer, or one line saying training diverged: a state that is not finite would swap
+    nothing, or NaN, into every run after it, and the run would still write numbers."""
+    named = featurizer.named_parameters() if hasattr(featurizer, "named_parameters") else ()
+    bad = [name for name, p in named if not bool(p.detach().isfinite().all())]
+    if not bad:
+        bad = [name for name, t in featurizer.state().items() if t.is_floating_point() and not bool(t.isfinite().all())]
+    if bad:
+        raise EngineError(f"featurizer {fit.featurizer.name!r}: training diverged ({', '.join(bad)} not finite); "
+                          "lower train.lr, or the featurizer's temperature or sparsity")
+    return featurizer

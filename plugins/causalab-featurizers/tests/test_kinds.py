@@ -251,7 +251,7 @@ def test_a_mask_over_an_saes_features_lists_the_features_it_keeps(tmp_path, writ
     row = table.iloc[0] if hasattr(table, "iloc") else table[0]
     units = json.loads(row["units"])
     assert int(row["size"]) == len(units) and all(0 <= u < 64 for u in units)  # the SAE's 64 features
-    assert row["over"].startswith("sae:")
+    assert json.loads(row["over"])[0][0] == "sae"  # what it was over, with the SAE's digest
     from safetensors.torch import load_file
 
     assert load_file(tmp_path / "out" / "f.safetensors")["logits"].shape == (64,)
@@ -264,6 +264,25 @@ def test_a_mask_over_an_saes_features_lists_the_features_it_keeps(tmp_path, writ
     doc["featurizers"]["s"]["path"] = "standard"
     with pytest.raises(PlanError, match="was trained with over = "):
         api.plan(write_doc(doc, name="other.json"))
+    del doc["featurizers"]["f"]["over"]  # the same mask over the units: refused, not read at another width
+    with pytest.raises(PlanError, match=r"was trained with over = .*sae.*, this document has None"):
+        api.plan(write_doc(doc, name="bare.json"))
+    # A parameter stated at its default is the same identity as one left out.
+    doc["featurizers"]["f"].update(over="s", sparsity=1.0, temperature=1.0)
+    doc["featurizers"]["s"]["path"] = "topk"
+    api.plan(write_doc(doc, name="stated.json"))
+
+
+@pytest.mark.parametrize("change", [{"lr": 1e30}, {"temperature": 1e-300}])
+def test_training_that_diverges_is_one_line_and_writes_nothing(change, tmp_path, write_doc, tiny_llama):
+    from causalab_core.errors import EngineError
+
+    featurizer = {"kind": "boundless_das", "train": {**TRAIN, "lr": change.get("lr", TRAIN["lr"])}}
+    featurizer.update({k: v for k, v in change.items() if k != "lr"})
+    path = write_doc(one_site(str(tiny_llama), {"f": featurizer}, "f"), weekday_rows(24))
+    with pytest.raises(EngineError, match=r"featurizer 'f': training diverged \(.* not finite\); lower train.lr"):
+        api.run(path, out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 def test_training_agrees_at_one_and_two_threads(tmp_path, write_doc, tiny_llama):
@@ -287,12 +306,21 @@ REFUSALS = [
     ({"f": {"kind": "pca", "k": 32, "train": {"data": {"path": "rows.jsonl"}}}}, PlanError,
      r"\$\.featurizers\.f: `k` 32 is not below the site width 32"),
     ({"f": {"kind": "pca", "k": 4}}, DocumentError, r"\$\.featurizers\.f: .*fitted from the site's activations"),
-    ({"f": {"kind": "pca", "k": 4, "train": {"data": {"path": "rows.jsonl"}, "labels": "shuffled", "label": "cf_answer"}}},
+    ({"f": {"kind": "pca", "k": 4, "train": {"data": {"path": "rows.jsonl"}, "labels": "shuffled"}}},
      DocumentError, r"\$\.featurizers\.f\.train\.labels: .*fitted from activations"),
+    ({"f": {"kind": "pca", "k": 4, "train": {"data": {"path": "rows.jsonl"}, "epochs": 3, "label": "cf_answer"}}},
+     DocumentError, r"\$\.featurizers\.f\.train\.epochs: .*fitted in one pass .* `epochs`, `label` do not apply"),
+    ({"f": {"kind": "mask"}}, DocumentError, r"\$\.featurizers\.f: .*changes nothing untrained"),
+    ({"f": {"kind": "mask", "load": "m.safetensors", "train": TRAIN}}, DocumentError,
+     r"\$\.featurizers\.f: `train` and `load` together"),
+    ({"f": {"kind": "sae", "path": "badk"}}, DocumentError,
+     r"\$\.featurizers\.f\.path: .*a topk SAE's k 0 is not an integer from 1 to d_sae \(64\)"),
+    ({"f": {"kind": "sae", "path": "topk", "features": [3, 3]}}, DocumentError,
+     r"\$\.featurizers\.f\.path: `features` \[3, 3\] names a feature twice"),
     ({"f": {"kind": "mask", "train": {"data": {"path": "rows.jsonl"}}}}, DocumentError,
      r"\$\.featurizers\.f\.train\.label: .*name it"),
     ({"f": {"kind": "sae", "path": "wide"}}, DocumentError,
-     r"\$\.featurizers\.f\.path: the SAE reads 64-wide activations \(d_in\), the site is 32 wide"),
+     r"\$\.featurizers\.f\.path: the SAE reads 64-wide activations \(d_in\), the activations it would see are 32 wide"),
     ({"f": {"kind": "sae", "path": "nofield"}}, DocumentError, r"\$\.featurizers\.f\.path: .*cfg\.json lacks d_sae"),
     ({"f": {"kind": "sae", "path": "gated"}}, DocumentError,
      r"\$\.featurizers\.f\.path: architecture 'gated' is not supported \(supported: standard, topk, jumprelu\)"),
@@ -323,6 +351,11 @@ def test_what_cannot_work_is_one_line_naming_its_json_path_before_weights_load(
     (tmp_path / "wide").mkdir()
     cfg = json.loads((SAELENS / "topk" / "cfg.json").read_text())
     (tmp_path / "wide" / "cfg.json").write_text(json.dumps({**cfg, "d_in": 64}))
+    (tmp_path / "badk").mkdir()
+    (tmp_path / "badk" / "cfg.json").write_text(json.dumps({**cfg, "k": 0}))
+    from safetensors.torch import save_file
+
+    save_file({"logits": torch.zeros(32)}, tmp_path / "m.safetensors")
     (tmp_path / "nofield").mkdir()
     (tmp_path / "nofield" / "cfg.json").write_text(json.dumps({k: v for k, v in cfg.items() if k != "d_sae"}))
     for name, n in (("few.jsonl", 3), ("one.jsonl", 1)):

@@ -176,7 +176,7 @@ class Rotation(Featurizer):
     Params = RotationParams
 
     def __init__(self, params, width):
-        super().__init__(params, width)
+        Featurizer.__init__(self, params, width)
         gen = torch.Generator().manual_seed(params.seed) if params.seed is not None else None
         self.q = torch.linalg.qr(torch.randn(width, width, generator=gen))[0]
 
@@ -268,6 +268,18 @@ class Active(Rotation):
         out = x.clone()
         out[..., keep] = f
         return out
+
+
+class Polite(Rotation):
+    """Calls a bare super() (broken: it fails where the class is shipped by value)."""
+
+    def __init__(self, params, width):
+        super().__init__(params, width)
+
+
+def test_a_featurizer_calling_a_bare_super_fails():
+    fails(FeaturizerConformance().test_it_can_travel_by_value, Polite(RotationParams(seed=1), 6),
+          match="Polite.__init__ call a bare super")
 
 
 def test_a_featurizer_whose_units_vary_with_the_input_fails():

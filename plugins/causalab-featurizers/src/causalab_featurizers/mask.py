@@ -31,6 +31,7 @@ class Mask(torch.nn.Module, Featurizer):
     name = "mask"
     Params = MaskParams
     trainable = True
+    needs_fit = True  # untrained, every logit is 0: it keeps no unit and swaps nothing
 
     def __init__(self, params: MaskParams, width: int):
         torch.nn.Module.__init__(self)

@@ -26,8 +26,8 @@ class SAEParams(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     path: str | None = Field(None, description="The folder SAELens saved the SAE in (`cfg.json`, "
                              "`sae_weights.safetensors`), relative to the document's data folder.")
-    features: list[int] | None = Field(None, description="The SAE features a write changes; all of them when "
-                                       "omitted.")
+    features: list[int] | None = Field(None, min_length=1, description="The SAE features a write changes (distinct); "
+                                       "all of them when omitted.")
 
 
 class SAE(Featurizer):
@@ -63,10 +63,18 @@ class SAE(Featurizer):
         for key, plain in (("reshape_activations", "none"), ("rescale_acts_by_decoder_norm", False)):
             if cfg.get(key, plain) != plain:
                 raise ValueError(f"{key} {cfg[key]!r} is not supported (only {plain!r})")
+        for key in ("d_in", "d_sae"):
+            if not _count(cfg[key]):
+                raise ValueError(f"{folder / 'cfg.json'}: {key} {cfg[key]!r} is not a positive integer")
+        if not isinstance(cfg["apply_b_dec_to_input"], bool):
+            raise ValueError(f"{folder / 'cfg.json'}: apply_b_dec_to_input {cfg['apply_b_dec_to_input']!r} is not "
+                             "true or false")
         if cfg["d_in"] != width:
-            raise ValueError(f"the SAE reads {cfg['d_in']}-wide activations (d_in), the site is {width} wide")
-        if cfg["architecture"] == "topk" and not isinstance(cfg.get("k"), int):
-            raise ValueError(f"{folder / 'cfg.json'} of a topk SAE lacks an integer `k`")
+            raise ValueError(f"the SAE reads {cfg['d_in']}-wide activations (d_in), the activations it would see "
+                             f"are {width} wide")
+        if cfg["architecture"] == "topk" and not (_count(cfg.get("k")) and cfg["k"] <= cfg["d_sae"]):
+            raise ValueError(f"{folder / 'cfg.json'}: a topk SAE's k {cfg.get('k')!r} is not an integer from 1 to "
+                             f"d_sae ({cfg['d_sae']})")
         try:
             weights = load_file(folder / "sae_weights.safetensors")
         except OSError:
@@ -89,6 +97,8 @@ class SAE(Featurizer):
         bad = [f for f in params.features or () if not 0 <= f < d_sae]
         if bad:
             raise ValueError(f"`features` {bad} are not features of this SAE (0 to {d_sae - 1})")
+        if params.features and len(set(params.features)) < len(params.features):
+            raise ValueError(f"`features` {params.features} names a feature twice")
         return out
 
     def __init__(self, params: SAEParams, width: int):
@@ -128,3 +138,8 @@ class SAE(Featurizer):
 
     def state(self) -> dict[str, torch.Tensor]:
         return dict(self.weights)
+
+
+def _count(value) -> bool:
+    """A positive integer, as JSON gives one (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0

@@ -105,6 +105,29 @@ class FeaturizerConformance:
                 pytest.fail(f"featurizer {featurizer.name!r} says it has units (has_units) but gives "
                             f"{sorted(widths)} features on different inputs", pytrace=False)
 
+    def test_it_can_travel_by_value(self, featurizer):
+        """No method calls a bare ``super()``: on an NDIF server without the plugin the class is rebuilt from its
+        source, where a zero-argument ``super()`` has no ``__class__`` cell and fails."""
+        import ast
+        import inspect
+        import textwrap
+
+        found = []
+        for cls in type(featurizer).__mro__:
+            if not cls.__module__.startswith(("torch", "builtins", "pydantic")):
+                try:
+                    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+                except (OSError, TypeError):
+                    continue
+                found += [f"{cls.__qualname__}.{function.name}" for function in ast.walk(tree)
+                          if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
+                          for node in ast.walk(function) if isinstance(node, ast.Call)
+                          and getattr(node.func, "id", None) == "super" and not node.args]
+        if found:
+            pytest.fail(f"featurizer {featurizer.name!r}: {', '.join(found)} call a bare super(); name the base class "
+                        "(Featurizer.__init__(self, params, width)): a class shipped by value has no __class__ cell",
+                        pytrace=False)
+
     def test_params_forbid_unknown_keys(self, featurizer):
         assert_params_forbid_unknown_keys(f"featurizer {featurizer.name!r}", type(featurizer).Params,
                                           featurizer.params.model_dump(mode="json"))
