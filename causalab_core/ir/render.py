@@ -10,6 +10,12 @@ def _site(site: Site) -> str:
     return f"{site.component} L{site.layer}{head} ({site.module} {site.tensor}, width {site.width})"
 
 
+def _via(featurizer) -> str:
+    """A featurizer by name and kind, and the ones it works over: ``m (mask) over s (sae)``."""
+    named = f"{featurizer.name} ({featurizer.kind})"
+    return named + (f" over {_via(featurizer.over)}" if featurizer.over is not None else "")
+
+
 def _windows(rec: PositionRecord, show: int = 3) -> str:
     parts = []
     for i, (w, t, r) in enumerate(zip(rec.windows, rec.tokens, rec.reasons)):
@@ -29,7 +35,7 @@ def render(plan: Plan) -> str:
         for step in point.steps:
             if step.kind == "fit":
                 f = step.featurizer
-                lines.append(f"  fit {step.path}: train {f.name} ({f.kind}) on {len(step.labels)} training rows, "
+                lines.append(f"  fit {step.path}: train {_via(f)} on {len(step.labels)} training rows, "
                              f"{step.epochs} epochs of batch {step.batch_size}, lr {step.lr:g}, seed {step.seed}")
                 lines.append(f"    read  {step.read.name} @ {_site(step.read.site)} of {step.source_input}")
                 lines.append(f"    write {step.write.name} @ {_site(step.write.site)} of {step.target_input}")
@@ -39,7 +45,7 @@ def render(plan: Plan) -> str:
                 lines.append(f"    read  {read.name} @ {_site(read.site)}")
                 lines.append(f"          {_windows(records[read.name])}")
             for write in step.writes:
-                via = f" via {write.featurizer.name} ({write.featurizer.kind})" if write.featurizer else ""
+                via = f" via {_via(write.featurizer)}" if write.featurizer else ""
                 if write.intervention is None:
                     lines.append(f"    write {write.name} <- {write.source}{via} @ {_site(write.site)}")
                 else:
