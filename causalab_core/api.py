@@ -13,12 +13,14 @@ from pydantic import ValidationError
 
 from causalab_core.document.causal import rows_digest
 from causalab_core.compiler import compile_document
+from causalab_core.compiler.circuits import computation_graph
 from causalab_core.results.confirm import confirm, run_estimate
 from causalab_core.plugins import returns
 from causalab_core.plugins.contracts import HERE, Remote
 from causalab_core.document import Document, LoadedDocument, load_document
 from causalab_core.errors import EngineError, OutputError, clip, echo, shorten
 from causalab_core.ir import Plan
+from causalab_core.ir.graph import Graph
 from causalab_core.plugins.registry import Registry, registry as default_registry
 from causalab_core.plugins.provenance import run_digests, run_record
 from causalab_core.results.folder import check_out, write_folder
@@ -54,6 +56,14 @@ def plan(document: DocumentLike, *, rows: Any = None, data_root: str | Path | No
     reg = registry or default_registry()
     with reg.boundary():
         return compile_document(load_document(document, data_root, reg, rows), reg)
+
+
+def graph(model: str | Path, *, revision: str | None = None, registry: Registry | None = None) -> Graph:
+    """A model's computation graph as circuit work defines it (heads' q/k/v inputs, MLPs, logits), from its
+    config alone: ``graph("causalab-toy/weekdays")`` (see :mod:`causalab_core.ir.graph`)."""
+    reg = registry or default_registry()
+    with reg.boundary():
+        return computation_graph(str(model), revision, reg)
 
 
 def featurizer_classes(plan: Plan, registry: Registry) -> dict[str, type]:
