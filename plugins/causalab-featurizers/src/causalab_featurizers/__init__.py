@@ -1,5 +1,7 @@
-"""causalab-featurizers: identity, DAS (a trained rotation), PCA, a learned mask (DBM), boundless DAS, and
-sparse autoencoders read from SAELens files."""
+"""causalab-featurizers: the bases a write swaps in (identity, DAS, PCA, mask, boundless DAS, SAE).
+
+Identity (the units), DAS (a trained rotation), PCA, a learned mask (DBM), boundless DAS, and sparse
+autoencoders read from SAELens files."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""A sparse autoencoder as a featurizer, read from the files SAELens writes (``cfg.json``,
-``sae_weights.safetensors``): the standard (ReLU), TopK and JumpReLU architectures.
+"""A sparse autoencoder as a featurizer, read from the files SAELens writes.
+
+The files are ``cfg.json`` and ``sae_weights.safetensors``; the standard (ReLU), TopK and JumpReLU
+architectures are read.
 
 ``featurize(x)`` is the SAE's code ``a = act((x - b_in) W_enc + b_enc)`` (``b_in`` is ``b_dec`` where the
 config applies it to the input), or the chosen ``features`` of it; ``inverse`` decodes and adds back what
