@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -183,7 +184,7 @@ def test_max_job_s_sizes_jobs_from_a_first_job_of_one_point(ndif_server, tmp_pat
     size = record["job_size"]
     assert size["max_job_s"] == 0.5 and size["probe_points"] == 1 and size["probe_s"] > 0
     per = size["points_per_job"]
-    assert per == max(1, int(0.5 // size["probe_s"]))
+    assert per == max(1, math.floor(0.5 / size["probe_s"]))  # not 0.5 // 0.1, which is 4.0 in floats
     # The core's chunks (16 and 8 points), each cut into jobs of `per` points; the first job a probe of one.
     expected = [1] + [min(per, 15 - i) for i in range(0, 15, per)] + [min(per, 8 - i) for i in range(0, 8, per)]
     assert [job["points"] for job in record["jobs"]] == expected

@@ -356,6 +356,9 @@ def cut_study(source: Path, folder: Path) -> tuple[Path, Path | None]:
     for featurizer in document.get("featurizers", {}).values():
         if "train" in featurizer:
             featurizer["train"]["epochs"] = 1
+    for featurizer in document.get("featurizers", {}).values():  # an SAE's folder stays the shipped one
+        if featurizer.get("kind") == "sae":
+            featurizer["path"] = str((source.parent / featurizer["path"]).resolve())
     for write in document.get("writes", {}).values():  # a steering vector stays the shipped file, swept or not
         vector = (write.get("intervention") or {}).get("vector")
         if isinstance(vector, dict):
@@ -434,9 +437,9 @@ def test_each_shipped_study_opens_offline_with_a_cell_per_point(browser, studies
         rows = browser.find_elements(By.CSS_SELECTOR, f'.detail[data-metric="{metrics[0]}"] tr.row')
         assert len(rows) == KEPT and all(r.find_elements(By.CSS_SELECTOR, ".prompt .tok") for r in rows)
         trained = [f for f in run.document.get("featurizers", {}).values() if f.get("train")]
-        # the DAS study: a trained file per point, each a row; its control (untrained rotations): no table
+        # a trained file per point and trained featurizer, each a row; untrained rotations only: no table
         files = browser.find_elements(By.CSS_SELECTOR, "section.featurizers table.feat tbody tr")
-        assert len(files) == (len(data["points"]) if trained else 0)
+        assert len(files) == len(data["points"]) * len(trained)
         quiet(browser, page)
     except AssertionError:
         shoot(browser, f"study-{name.removesuffix('.json')}")
