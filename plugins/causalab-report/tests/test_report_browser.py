@@ -354,7 +354,7 @@ def cut_study(source: Path, folder: Path) -> tuple[Path, Path | None]:
             spec["path"] = str(folder / f"rows{i}.jsonl")
             rows = rows or folder / f"rows{i}.jsonl"
     for featurizer in document.get("featurizers", {}).values():
-        if "train" in featurizer:
+        if "label" in featurizer.get("train", {}):  # trained by interchange (a PCA is fitted in one pass)
             featurizer["train"]["epochs"] = 1
     for featurizer in document.get("featurizers", {}).values():  # an SAE's folder stays the shipped one
         if featurizer.get("kind") == "sae":
