@@ -17,13 +17,16 @@ def test_gpt2_smalls_graph_has_the_edges_acdc_and_eap_count():
     assert (len(g.nodes), len(g.edges)) == (158, 32491)
 
 
-def expected_edges(layers: int, heads: int) -> set[tuple[str, str]]:
-    """By hand: a head's q, k and v read every term written before its layer; an MLP reads its own layer's
-    heads too; the logits read everything."""
+def expected_edges(layers: int, heads: int, kv_heads: int) -> set[tuple[str, str]]:
+    """By hand: a head's q, k and v read every term written before its layer (k and v its key/value group's
+    under grouped-query attention); an MLP reads its own layer's heads too; the logits read everything."""
     edges = set()
     for layer in range(layers):
         before = ["input", *(f"a{l}.h{h}" for l in range(layer) for h in range(heads)), *(f"m{l}" for l in range(layer))]
-        edges |= {(s, f"a{layer}.h{h}<{p}>") for s in before for h in range(heads) for p in "qkv"}
+        keys = [f"a{layer}.h{h}" for h in range(heads)] if kv_heads == heads else \
+            [f"a{layer}.kv{g}" for g in range(kv_heads)]
+        edges |= {(s, f"a{layer}.h{h}<q>") for s in before for h in range(heads)}
+        edges |= {(s, f"{k}<{p}>") for s in before for k in keys for p in "kv"}
         edges |= {(s, f"m{layer}") for s in before + [f"a{layer}.h{h}" for h in range(heads)]}
     last = ["input", *(f"a{l}.h{h}" for l in range(layers) for h in range(heads)), *(f"m{l}" for l in range(layers))]
     return edges | {(s, "logits") for s in last}
@@ -41,8 +44,11 @@ def test_each_family_it_covers_from_a_checkpoint_without_weights(family, monkeyp
     g = api.graph(path)
     config = transformers.AutoConfig.from_pretrained(path)
     assert (g.family, g.layers, g.heads) == (family, config.num_hidden_layers, config.num_attention_heads)
-    assert set(g.edges) == expected_edges(g.layers, g.heads) and len(set(g.edges)) == len(g.edges)
-    senders, receivers = [s for s, _ in g.edges], [r.split("<")[0] for _, r in g.edges]
+    kv_heads = getattr(config, "num_key_value_heads", None) or g.heads
+    assert kv_heads < g.heads or family == "gpt2"  # the tiny Llama and Qwen 2 use grouped-query attention
+    assert set(g.edges) == expected_edges(g.layers, g.heads, kv_heads) and len(set(g.edges)) == len(g.edges)
+    senders = [s for s, _ in g.edges]
+    receivers = [r.split("<")[0].replace(".kv", ".h") for _, r in g.edges]  # a group's input: its first head's layer
     order = {node: i for i, node in enumerate(g.nodes)}
     assert all(order[s] < order[r] for s, r in zip(senders, receivers))  # every edge runs forward
 

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from causalab_core.compiler.answers import answer_token
+from causalab_core.compiler.circuits import EdgePatching
 from causalab_core.compiler.prompts import check_prompts, tokenize_inputs
 from causalab_core.compiler.shell import Shell, load_shell, resolve_source
 from causalab_core.document.sweep import points, substitute
@@ -61,6 +62,8 @@ class Compiler(Featurizing):
         self._sites: dict[tuple, Any] = {}
         self._metrics = {name: (m, m.model_dump(exclude={"kind", "input"}), self.metric_runs(name, m))
                          for name, m in self.doc.metrics.items()}
+        self.edge_patching = EdgePatching(shell, self.ref, self.doc.model.key)
+        self._every_position: dict[str, tuple] = {}
 
     def _decode(self, ids: list[int]) -> str:
         """One token's text (memoized: a sweep's position records decode the same tokens over and over)."""
@@ -121,7 +124,7 @@ class Compiler(Featurizing):
     # -- scoring ----------------------------------------------------------------
 
     def metric_step_input(self, metric) -> str:
-        return metric.input or next(iter(self.doc.writes.values())).input
+        return metric.input or next(iter((*self.doc.writes.values(), *self.doc.edges.values()))).input
 
     def metric_runs(self, name: str, metric) -> dict[str, tuple[str, tuple[str, ...]]]:
         """Each run the metric reads (role -> the scoring key of its step, the views it needs there).
@@ -132,7 +135,10 @@ class Compiler(Featurizing):
                               self.registry.who("metric", metric.kind))
         scored = self.metric_step_input(metric)
         writes = list(self.doc.writes.values())
-        source = (self.doc.reads[writes[0].source].input if writes[0].source else None) if writes else scored
+        if writes:
+            source = self.doc.reads[writes[0].source].input if writes[0].source else None
+        else:
+            source = next((e.source for e in self.doc.edges.values()), scored) if self.doc.edges else scored
         if source is None and "counterfactual" in needs:
             raise PlanError(f"$.metrics.{name}: metric kind {metric.kind!r} reads the counterfactual run, and the "
                             "writes take their values from no read")
@@ -166,10 +172,13 @@ class Compiler(Featurizing):
     def point(self, name: str, values: tuple) -> Point:
         point_doc = substitute(self.doc_json, values)
         reads, records = self._reads(name, point_doc)
+        edges, edge_reads = self._edges(point_doc)
         writes, write_records, fits = self._writes(name, point_doc, reads)
         eligible = eligible_rows(len(self.loaded.rows), [r for _, r in reads.values()], writes)
-        steps = tuple(fits) + self._steps(name, {n: read for n, (_, read) in reads.items()},
-                                          {n: spec.input for n, (spec, _) in reads.items()}, writes)
+        steps = tuple(fits) + self._steps(
+            name, {**{n: read for n, (_, read) in reads.items()}, **{n: r for n, (_, r) in edge_reads.items()}},
+            {**{n: spec.input for n, (spec, _) in reads.items()}, **{n: i for n, (i, _) in edge_reads.items()}},
+            writes, edges)
         metrics = tuple(
             MetricPlan(mname, m.kind, self._path(name, self.metric_step_input(m)), params,
                        {role: self._path(name, key) for role, (key, _) in runs.items() if role != "intervened"})
@@ -189,6 +198,27 @@ class Compiler(Featurizing):
             records.append(self.record(rname, "read", spec.input, resolved))
             reads[rname] = (spec, Read(rname, site, self.windows(resolved)))
         return reads, records
+
+    def _edges(self, point_doc: dict) -> tuple[dict, dict]:
+        """Each edge patch by the input it changes, and the reads of the source runs they take terms from
+        (``{name: (input, Read)}``: every position of every row)."""
+        patches, reads = {}, {}
+        for pname, raw in point_doc.get("edges", {}).items():
+            where, source = f"$.edges.{pname}", raw.get("source")
+            kind = (raw.get("intervention") or {}).get("kind", "swap")
+            if kind == "swap":
+                lengths = {i: (len(s.ids), len(t.ids)) for i, (s, t) in
+                           enumerate(zip(self.prompts[source], self.prompts[raw["input"]])) if len(s.ids) != len(t.ids)}
+                if lengths:
+                    raise PlanError(f"{where}.source: an edge swap takes every position from {source!r}'s run, and "
+                                    f"its prompt is not as long as {raw['input']!r}'s on row(s) {{row: (source, "
+                                    f"patched)}} {_some(lengths, self.loaded.rows)}")
+            if source is not None and source not in self._every_position:
+                self._every_position[source] = tuple(tuple(range(len(r.ids))) for r in self.prompts[source])
+            patch, needed = self.edge_patching.patch(pname, raw, where, self._every_position.get(source, ()))
+            patches[raw["input"]] = patch
+            reads.update({n: (source, read) for n, read in needed.items()})
+        return patches, reads
 
     def only_where(self, resolved: tuple[Resolved, ...], where: dict[str, str], at: str) -> tuple[Resolved, ...]:
         """``resolved`` on the rows whose columns hold ``where``'s values; the others excluded (kept per
@@ -313,17 +343,18 @@ class Compiler(Featurizing):
     def _path(self, point: str, input_name: str) -> str:
         return f"{point}/{input_name}" if point else input_name
 
-    def _steps(self, point, reads, read_inputs, writes) -> tuple[Run, ...]:
-        """One run per input that has work; an input runs after the inputs its writes read from, and otherwise
-        inputs nothing writes run first, in document order."""
-        order = run_order(self.doc.inputs, read_inputs, writes)
+    def _steps(self, point, reads, read_inputs, writes, edges) -> tuple[Run, ...]:
+        """One run per input that has work; an input runs after the inputs its writes (or edge patch) read
+        from, and otherwise inputs nothing writes run first, in document order."""
+        order = run_order(self.doc.inputs, read_inputs, writes, edges)
         steps = []
         for input_name in order:
             mine = tuple(r for n, r in reads.items() if read_inputs[n] == input_name)
             wrote = tuple(writes.get(input_name, ()))
             scoring = self.scorings.get(input_name)
-            if mine or wrote or scoring:
-                steps.append(Run(self._path(point, input_name), input_name, mine, wrote, scoring))
+            if mine or wrote or scoring or input_name in edges:
+                steps.append(Run(self._path(point, input_name), input_name, mine, wrote, scoring,
+                                 edges=edges.get(input_name)))
             clean = self.scorings.get(f"{input_name}.clean")
             if clean:  # the same input, nothing written: for metrics that compare with the clean run
                 steps.append(Run(self._path(point, f"{input_name}.clean"), input_name, (), (), clean))

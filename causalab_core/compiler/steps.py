@@ -18,10 +18,13 @@ def eligible_rows(rows: int, reads: list[Read], writes: dict[str, list[Write]]) 
     return eligible
 
 
-def run_order(inputs: list[str], read_inputs: dict[str, str], writes: dict[str, list[Write]]) -> list[str]:
-    """The inputs in the order their runs go: one whose writes take a read's value after that read's input
-    (which a write may change too: a read of a noised run patched into the clean one)."""
-    after = {name: {read_inputs[r] for w in writes.get(name, ()) for r in uses(w)} for name in inputs}
+def run_order(inputs: list[str], read_inputs: dict[str, str], writes: dict[str, list[Write]],
+              edges: dict | None = None) -> list[str]:
+    """The inputs in the order their runs go: one whose writes (or edge patch) take a read's value after that
+    read's input (which a write may change too: a read of a noised run patched into the clean one)."""
+    edges = edges or {}
+    after = {name: {read_inputs[r] for w in writes.get(name, ()) for r in uses(w)}
+             | {read_inputs[r] for r in (edges[name].reads if name in edges else ())} for name in inputs}
     order: list[str] = []
     while len(order) < len(inputs):
         ready = [i for i in inputs if i not in order and after[i] <= set(order)]
@@ -29,7 +32,7 @@ def run_order(inputs: list[str], read_inputs: dict[str, str], writes: dict[str, 
             left = sorted(set(inputs) - set(order))
             raise PlanError(f"$.writes: the inputs {left} each write a value read from another of them's run; "
                             "no order runs them")
-        order.append(min(ready, key=lambda i: (i in writes, inputs.index(i))))
+        order.append(min(ready, key=lambda i: (i in writes or i in edges, inputs.index(i))))
     return order
 
 

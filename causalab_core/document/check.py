@@ -31,6 +31,9 @@ def _sweep_refs(document: Document) -> list[tuple[str, str]]:
         for key in ("seed", "labels"):
             if spec.train is not None and isinstance(getattr(spec.train, key), SweepRef):
                 refs.append((f"$.featurizers.{name}.train.{key}", getattr(spec.train, key).sweep))
+    for name, spec in document.edges.items():
+        if isinstance(spec.edges, SweepRef):
+            refs.append((f"$.edges.{name}.edges", spec.edges.sweep))
     for name, spec in document.writes.items():  # an intervention's parameters (e.g. a steering's alpha)
         for key, value in (spec.intervention.model_dump() if spec.intervention else {}).items():
             if is_sweep_ref(value):
@@ -65,6 +68,7 @@ def check_references(document: Document) -> None:
             raise DocumentError(f"{where}.source: read {echo(write.source)} is taken from {echo(write.input)}, the input this write changes")
         if write.featurizer is not None and write.featurizer not in document.featurizers:
             raise DocumentError(f"{where}.featurizer: no featurizer named {echo(write.featurizer)} under $.featurizers")
+    check_edges(document, inputs_shown)
     for group, specs in (("reads", document.reads), ("writes", document.writes)):
         for name, spec in specs.items():
             sites = document.sweep.get(spec.site.sweep, []) if isinstance(spec.site, SweepRef) else [spec.site]
@@ -75,10 +79,11 @@ def check_references(document: Document) -> None:
             raise DocumentError(f"$.metrics.{name}: the name is taken: causalab writes {name}.json itself")
         if metric.input is not None and metric.input not in inputs:
             raise DocumentError(f"$.metrics.{name}.input: {echo(metric.input)} is not one of the inputs {inputs_shown}")
-    if document.metrics and not document.writes and any(m.input is None for m in document.metrics.values()):
+    if document.metrics and not (document.writes or document.edges) \
+            and any(m.input is None for m in document.metrics.values()):
         name = next(n for n, m in document.metrics.items() if m.input is None)
         raise DocumentError(f"$.metrics.{name}.input: there are no writes, so say which input to score")
-    targets = {w.input for w in document.writes.values()}
+    targets = {w.input for w in (*document.writes.values(), *document.edges.values())}
     if len(targets) > 1 and any(m.input is None for m in document.metrics.values()):
         name = next(n for n, m in document.metrics.items() if m.input is None)
         raise DocumentError(f"$.metrics.{name}.input: writes change several inputs {sorted(targets)}; say which to score")
@@ -88,7 +93,7 @@ def check_references(document: Document) -> None:
             raise DocumentError(f"{where}: no sweep axis named {echo(axis)} under $.sweep")
         used.add(axis)
         field = where.rsplit(".", 1)[1]
-        if (where.startswith(("$.reads.", "$.writes.")) or where.endswith((".train.seed", ".train.labels"))) \
+        if (where.startswith(("$.reads.", "$.writes.", "$.edges.")) or where.endswith((".train.seed", ".train.labels"))) \
                 and field in SWEEPABLE:
             kind, accepts = SWEEPABLE[field]
             for i, value in enumerate(document.sweep[axis]):
@@ -104,6 +109,47 @@ def check_references(document: Document) -> None:
                 raise DocumentError(f"$.sweep.{axis}[{i}]: repeats $.sweep.{axis}[{first[key]}] "
                                     f"({echo(value)}); each point would run twice")
             first[key] = i
+
+
+EDGE_KINDS = ("swap", "mean", "zero")
+
+
+def check_edges(document: Document, inputs_shown: str) -> None:
+    """An edge patch names inputs, a source where its kind reads one, and an input no write or other patch
+    changes (one run patches edges or writes sites)."""
+    patched: dict[str, str] = {}
+    for name, spec in document.edges.items():
+        where = f"$.edges.{name}"
+        for key in ("input", "source"):
+            value = getattr(spec, key)
+            if value is not None and value not in document.inputs:
+                raise DocumentError(f"{where}.{key}: {echo(value)} is not one of the inputs {inputs_shown}")
+        kind = spec.intervention.kind if spec.intervention is not None else "swap"
+        if kind not in EDGE_KINDS:
+            raise DocumentError(f"{where}.intervention.kind: an edge is patched by {', '.join(EDGE_KINDS)}, "
+                                f"not {echo(kind)}")
+        if spec.intervention is not None and set(spec.intervention.model_dump()) != {"kind"}:
+            extra = sorted(set(spec.intervention.model_dump()) - {"kind"})
+            raise DocumentError(f"{where}.intervention.{extra[0]}: an edge's {kind} takes no parameters")
+        if kind == "zero" and spec.source is not None:
+            raise DocumentError(f"{where}.source: a zero patch reads no run; leave `source` out")
+        if kind != "zero" and spec.source is None:
+            raise DocumentError(f"{where}.source: a {kind} patch takes the senders' terms from another input's "
+                                "run; name it")
+        if spec.source == spec.input:
+            raise DocumentError(f"{where}.source: {echo(spec.source)} is the input this patch changes")
+        if spec.input in patched:
+            raise DocumentError(f"{where}.input: {echo(spec.input)}'s run is patched by $.edges.{patched[spec.input]} "
+                                "already; put every edge of one run in one patch")
+        patched[spec.input] = name
+        written = [w for w, write in document.writes.items() if write.input == spec.input]
+        if written:
+            raise DocumentError(f"{where}.input: $.writes.{written[0]} writes {echo(spec.input)}'s run too; a run "
+                                "patches edges or writes sites, not both")
+        reads = [r for r, read in document.reads.items() if read.input == spec.input]
+        if reads:
+            raise DocumentError(f"{where}.input: $.reads.{reads[0]} reads {echo(spec.input)}'s run, which this "
+                                "patch changes; read another input")
 
 
 def check_direction(document: Document, inputs_shown: str) -> None:

@@ -261,6 +261,46 @@ class WriteSpec(OptionalKeys):
 
 
 
+def _is_edges(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(
+        isinstance(e, list) and len(e) == 2 and all(isinstance(n, str) for n in e) for e in value)
+
+
+SWEEPABLE["edges"] = ("a non-empty list of [sender, receiver] pairs of node names", _is_edges)
+Edges = _sweepable(*SWEEPABLE["edges"], {"type": "array", "minItems": 1, "items": {
+    "type": "array", "minItems": 2, "maxItems": 2, "items": {"type": "string"}}})
+
+
+class PathSpec(Frozen):
+    """Path patching (Wang et al. 2022): a sender's effect through these receivers only."""
+
+    sender: str = Field(description="A node: `input`, a head `a{layer}.h{head}`, an MLP `m{layer}`.")
+    receivers: list[str] = Field(min_length=1, description="Node inputs after it: `a{layer}.h{head}<q|k|v>` "
+                                 "(`a{layer}.kv{group}<k|v>` under grouped-query attention), `m{layer}`, `logits`.")
+
+
+class EdgePatchSpec(OptionalKeys):
+    """Patch edges of the model's computation graph (``causalab graph``) in one input's run."""
+
+    OPTIONAL = ("edges", "path", "source", "intervention")
+
+    input: Name = Field(description="Which input's run is patched (`recipient` under `direction`).")
+    source: Name | None = Field(None, description="The input whose run gives the senders' patched terms (every "
+                                "position; its prompts as long as the patched input's), for a swap or a mean.")
+    edges: Edges | None = Field(None, description="[sender, receiver] pairs, e.g. [[\"a0.h1\", \"a1.h2<k>\"]], "
+                                "or {\"sweep\": axis} over lists of them.")
+    path: PathSpec | None = Field(None, description="Instead of `edges`: path patching, the sender's effect "
+                                  "through the receivers alone, everything else frozen at the input's clean run.")
+    intervention: InterventionSpec | None = Field(None, description="`swap` (default: the source run's terms), "
+                                                  "`mean` (the source run's mean over rows and positions) or `zero`.")
+
+    @model_validator(mode="after")
+    def _one_of(self):
+        if (self.edges is None) == (self.path is None):
+            raise ValueError("give `edges` or `path`, one of them")
+        return self
+
+
 class TrainSpec(OptionalKeys):
     """Fit a featurizer's parameters before it is used: cross-entropy of ``label`` through the intervened model."""
 
@@ -348,16 +388,17 @@ def with_roles(data: Any) -> Any:
         return data  # the schema says what is wrong with it
     roles = DirectionSpec.model_construct(patch=patch, clean=clean, corrupted=corrupted).roles()
     out = dict(data)
-    for group in ("reads", "writes", "metrics"):
+    for group in ("reads", "writes", "metrics", "edges"):
         specs = data.get(group)
         if not isinstance(specs, dict):
             continue
         out[group] = {}
         for name, spec in specs.items():
-            if isinstance(spec, dict) and isinstance(spec.get("input"), str) and spec["input"] in roles:
-                spec = {**spec, "input": roles[spec["input"]]}
-            elif isinstance(spec, dict) and group == "metrics" and "input" not in spec:
+            if isinstance(spec, dict) and group == "metrics" and "input" not in spec:
                 spec = {**spec, "input": roles["recipient"]}
+            for key in ("input", "source") if group == "edges" else ("input",):
+                if isinstance(spec, dict) and isinstance(spec.get(key), str) and spec[key] in roles:
+                    spec = {**spec, key: roles[spec[key]]}
             out[group][name] = spec
     return out
 
@@ -365,7 +406,7 @@ def with_roles(data: Any) -> Any:
 class Document(OptionalKeys):
     """An interchange-intervention experiment."""
 
-    OPTIONAL = ("columns", "direction", "estimate")
+    OPTIONAL = ("columns", "direction", "estimate", "edges")
 
     version: Literal["2"] = Field(description="The document format's version: \"2\".")
     name: str | None = Field(None, description="A short name: the report's and the plots' title.")
@@ -385,6 +426,9 @@ class Document(OptionalKeys):
     )
     reads: dict[Name, ReadSpec] = Field({}, description="Activations to record, by name: the sources of writes.")
     writes: dict[Name, WriteSpec] = Field({}, description="Interventions, by name: what is put where in which run.")
+    edges: dict[Name, EdgePatchSpec] = Field({}, description="Edge and path patches of the model's computation "
+                                             "graph, by name: which edges a run reads from another run (or a mean, "
+                                             "or zero).")
     featurizers: dict[Name, FeaturizerSpec] = Field({}, description="Bases a write may act in (DAS...), by name.")
     metrics: dict[Name, MetricSpec] = Field({}, description="What is scored, by name: each gives `<name>.json` per point.")
     sweep: dict[Name, Annotated[list[Any], Field(min_length=1)]] = Field(

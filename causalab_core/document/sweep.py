@@ -98,7 +98,7 @@ def points(document: Document) -> list[tuple[str, tuple[tuple[str, Any], ...]]]:
 def substitute(data: dict[str, Any], values: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
     """The document's JSON (``data``) with every ``{"sweep": axis}`` replaced by this point's value.
     What holds no sweep reference is ``data``'s own, shared by all the points rather than copied a
-    thousand times over in a large sweep (only reads, writes and featurizers may hold references)."""
+    thousand times over in a large sweep (only reads, writes, edges and featurizers may hold references)."""
     chosen = dict(values)
 
     def walk(node: Any) -> Any:
@@ -113,6 +113,6 @@ def substitute(data: dict[str, Any], values: tuple[tuple[str, Any], ...]) -> dic
             return node if all(a is b for a, b in zip(new, node)) else new
         return node
 
-    out = {k: (walk(v) if k in ("reads", "writes", "featurizers") else v) for k, v in data.items() if k != "sweep"}
+    out = {k: (walk(v) if k in ("reads", "writes", "featurizers", "edges") else v) for k, v in data.items() if k != "sweep"}
     out["sweep"] = {} if values else data["sweep"]
     return out

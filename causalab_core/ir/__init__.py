@@ -2,6 +2,7 @@
 
 from causalab_core.errors import PlanError
 from causalab_core.ir.nodes import (
+    EdgePatch,
     FeaturizerRef,
     Fit,
     InterventionRef,
@@ -11,13 +12,15 @@ from causalab_core.ir.nodes import (
     Point,
     PositionRecord,
     Read,
+    Receiver,
     Run,
     Scoring,
+    Sender,
     Site,
     Write,
 )
 
 __all__ = [
-    "FeaturizerRef", "Fit", "InterventionRef", "MetricPlan", "ModelRef", "Plan", "PlanError", "Point",
-    "PositionRecord", "Read", "Run", "Scoring", "Site", "Write",
+    "EdgePatch", "FeaturizerRef", "Fit", "InterventionRef", "MetricPlan", "ModelRef", "Plan", "PlanError", "Point",
+    "PositionRecord", "Read", "Receiver", "Run", "Scoring", "Sender", "Site", "Write",
 ]

@@ -140,6 +140,58 @@ class Write:
 
 
 @dataclass(frozen=True)
+class Sender:
+    """A node of the computation graph (``ir.graph``) as an edge's sender: where its term in the residual stream
+    is read. ``site``: a head's output before the output projection (``head``), an MLP's output, or the first
+    block's input (the embeddings, node ``input``); a head's term is that times its columns of ``projection``'s
+    weight, without the projection's bias (a constant no node owns)."""
+
+    name: str
+    site: Site
+    projection: str | None = None
+
+
+@dataclass(frozen=True)
+class Receiver:
+    """A node's input as an edge's receiver: the residual stream it reads, and where the engine puts the stream
+    the patched edges give it.
+
+    ``q``, ``k``, ``v``: the projection ``module``'s output, columns ``columns``, recomputed as the projection of
+    ``norm`` (the block's first norm, whose input is the stream) applied to the patched stream; under grouped-query
+    attention a key or value input is its group's. ``mlp``, ``logits``: the input of ``module``, the MLP's or the
+    final norm, which is the stream itself."""
+
+    name: str
+    kind: Literal["q", "k", "v", "mlp", "logits"]
+    layer: int
+    """The block (the number of layers for the logits)."""
+    module: str
+    norm: str | None = None
+    columns: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
+class EdgePatch:
+    """Patch edges of the computation graph in a run: each receiver reads the stream with its patched senders'
+    terms taken from ``source`` (``edges.py`` in the runtime: a read per sender, every position of the source
+    run), their mean over rows and positions (``mean``), or zero (``zero``).
+
+    ``path``: path patching. The receivers read the written input's clean run's stream, with the sender's clean
+    term replaced: the sender's effect through them alone, everything else frozen; what the receivers compute
+    then flows on as usual. The engine runs the input clean first, for those streams."""
+
+    name: str
+    senders: tuple[Sender, ...]
+    receivers: tuple[Receiver, ...]
+    edges: tuple[tuple[int, int], ...]
+    """(sender index, receiver index) pairs."""
+    ablation: Literal["swap", "mean", "zero"] = "swap"
+    reads: tuple[str, ...] = ()
+    """Per sender: the read of the source run holding its term's input (empty for ``zero``)."""
+    path: bool = False
+
+
+@dataclass(frozen=True)
 class Scoring:
     """Which next-token logits to bring back from a run (at each row's last token)."""
 
@@ -171,6 +223,8 @@ class Run:
     """``attribution``: the engine does not run the writes; it estimates the scores they would give to first
     order, (written - clean) . d score / d activation, from one clean forward and backward of ``input``
     (``runtime.attribution``). The results are estimated scores, in the same keys as a run's."""
+    edges: EdgePatch | None = None
+    """Edges of the computation graph this run patches (a run that does cannot also write sites)."""
     combinations: tuple[tuple[float, ...], ...] | None = None
     """An estimated run whose metrics read its scores only through these linear combinations (``Metric.linear``;
     coefficients of the answer columns, then the log-sum-exp): one backward each, instead of one per column
@@ -181,7 +235,7 @@ class Run:
     @property
     def estimable(self) -> bool:
         """Whether a document's ``estimate`` estimates this run instead of running it: it writes."""
-        return bool(self.writes)
+        return bool(self.writes) and self.edges is None
 
 
 @dataclass(frozen=True)
@@ -319,7 +373,7 @@ class Plan:
         return asdict(self, dict_factory=_plain_dict)
 
 
-OPTIONAL = ("intervention", "init_seed", "estimate", "combinations")
+OPTIONAL = ("intervention", "init_seed", "estimate", "combinations", "edges")
 """Fields left out of a node's dict when absent: a plan that does not use them is the dict it was before they
 existed (``resume.plan_digest`` and ``causalab plan --json`` read it)."""
 

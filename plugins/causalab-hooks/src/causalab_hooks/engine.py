@@ -14,6 +14,7 @@ from causalab_core.runtime import (
     Batch, answer_scores, applier, as_heads, batches, featurizers_for, fit_featurizer, gather, joined, minibatch, put,
 )
 from causalab_core.runtime.attribution import estimate, gradients, site_key, written_sites
+from causalab_core.runtime.edges import Patching, visits
 from causalab_core.runtime.positions import (
     UNSUPPORTED, CleanCaches, EagerAttention, decide, first_written_position, keys_values, last_position, prefix_cache,
     rows_per_batch, tail_batch, tail_output, trims_last_mlp, widened,
@@ -249,12 +250,29 @@ class Execution:
         """
         skipped = self.starting_at(skip, self.clean_output(step.input, skip - 1, batch) if skip > 0 else None)
         handles = attach(self.model, step, batch, store, swaps, stop=stop)
+        if step.edges is not None:
+            handles += edge_hooks(self.model, self.patching(step, batch, store))
         try:
             with skipped:
                 return plain_forward(self.model, batch)
         finally:
             for h in handles:
                 h.remove()
+
+    def patching(self, step: Run, batch: Batch, store) -> Patching:
+        """A batch's edge patch; a path patch first runs the input clean, for the streams it starts from."""
+        span, modules = slice(batch.start, batch.stop), self.model.get_submodule
+        clean = None
+        if step.edges.path:
+            recording = Patching(step.edges, store, span, batch.offsets, modules, recording=True)
+            handles = edge_hooks(self.model, recording)
+            try:
+                plain_forward(self.model, batch)
+            finally:
+                for h in handles:
+                    h.remove()
+            clean = recording.kept()
+        return Patching(step.edges, store, span, batch.offsets, modules, clean=clean)
 
     def forward_tail(self, batch: Batch, step: Run, store, swaps, skip: int, start: int):
         """Position-level reuse: positions ``start..`` of blocks ``skip..`` over the clean keys and values."""
@@ -353,6 +371,20 @@ def gradient_hooks(model, layers_path: str, sites, tensors: dict) -> list:
     return handles
 
 
+def edge_hooks(model, patching: Patching) -> list:
+    """A hook at each tensor an edge patch reads or edits (``runtime.edges``)."""
+    handles = []
+    for path, tensor in visits(patching.patch):
+        module = model.get_submodule(path)
+        edit = (lambda value, path=path, tensor=tensor: patching.at(path, tensor, value))
+        if tensor == "output":
+            handles.append(module.register_forward_hook(lambda mod, args, output, edit=edit: _replace_first(output, edit)))
+        else:
+            handles.append(module.register_forward_pre_hook(
+                lambda mod, args, kwargs, edit=edit: _replace_input(args, kwargs, edit), with_kwargs=True))
+    return handles
+
+
 def _record_clean(outputs, block: int, output, last: bool):
     outputs[block] = output
     if last:  # nothing above the block asked for is needed
@@ -378,7 +410,7 @@ def attach(model, step: Run, batch: Batch, store, swaps, stop: bool) -> list:
     for write in step.writes:
         by_site[(write.site.module, write.site.tensor)][1].append(write)
     stop_after = None
-    if stop and step.scoring is None and not step.writes:
+    if stop and step.scoring is None and not step.writes and step.edges is None:
         order = [name for name, _ in model.named_modules()]
         stop_after = max((order.index(m), m, t) for m, t in by_site)[1:]
     handles = []

@@ -19,6 +19,7 @@ from causalab_core.runtime.positions import (
     rows_per_batch, tail_batch, tail_output, trims_last_mlp, widened,
 )
 from causalab_core.runtime.attribution import estimate, gradients, site_key, written_sites
+from causalab_core.runtime.edges import Patching, visits
 from causalab_core.runtime.reuse import CleanPrefixes, first_written_layer, is_shared, shared_reads, split_shared
 from causalab_nnterp.sites import by_nnterp_name
 
@@ -126,18 +127,22 @@ def run_step(model, chosen, step, store, featurizers, labels=None, site_tensor=b
             cached = copied(prefixes.get(step.input, batch.start, skip - 1))
         else:
             extra = {"use_cache": False}
+        patching = edge_patching(model, step, batch, store) if step.edges is not None else None
         with EagerAttention(model.config, when=start > 0):
             with model.trace(batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,
                              logits_to_keep=1, **extra) as tracer:
+                if patching is not None:
+                    patched_edges(model, patching)
                 if skip > 0:
                     for layer in range(skip):
                         block_envoy(model, layers_path, layer, site_tensor).skip(cached)
                 for site, reads, writes in visit_order(step):
                     hidden = site_tensor(model, site)
-                    for read in reads:
-                        store[read.name][span] = gather(as_heads(hidden, site), read.windows[span], batch.offsets)
+                    for read in reads:  # each its own head of the tensor: a group is one module's
+                        store[read.name][span] = gather(as_heads(hidden, read.site), read.windows[span],
+                                                        batch.offsets)
                     for write in writes:  # the one place a written value is computed (runtime.interventions)
-                        put(as_heads(hidden, site), write, span, batch.offsets, store, featurizers[write.name],
+                        put(as_heads(hidden, write.site), write, span, batch.offsets, store, featurizers[write.name],
                             featurizers.get(applier(write)))
                 if start > 0 and trims_last_mlp(step, plan_model):
                     mlp = last_mlp_envoy(model, plan_model, site_tensor)
@@ -153,6 +158,33 @@ def run_step(model, chosen, step, store, featurizers, labels=None, site_tensor=b
                     scored.append(answer_scores(model.output.logits[:, -1, :], step.scoring.token_ids[span],
                                                 step.scoring.views))
     return joined(scored)
+
+
+def edge_patching(model, step, batch, store):
+    """A batch's edge patch (``runtime.edges``); a path patch first runs the input clean in a trace of its own,
+    for the streams it starts from."""
+    span = slice(batch.start, batch.stop)
+    clean = None
+    if step.edges.path:
+        recording = Patching(step.edges, store, span, batch.offsets, model.get, recording=True)
+        with model.trace(batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,
+                         logits_to_keep=1, use_cache=False):
+            patched_edges(model, recording)
+        clean = recording.kept()
+    return Patching(step.edges, store, span, batch.offsets, model.get, clean=clean)
+
+
+def patched_edges(model, patching):
+    """Inside a trace: each tensor the patch reads or edits, in forward order, handed to ``Patching.at``."""
+    for path, tensor in visits(patching.patch):
+        envoy = model.get(path)
+        value = envoy.input if tensor == "input" else envoy.output
+        edited = patching.at(path, tensor, value)
+        if edited is not value:
+            if tensor == "input":
+                envoy.input = edited
+            else:
+                envoy.output = edited
 
 
 def estimates(model, batch_list, items, layers_path, site_tensor=by_nnterp_name):

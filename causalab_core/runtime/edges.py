@@ -1,0 +1,179 @@
+"""Edge and path patching (``ir.EdgePatch``): the one place an engine computes what patched edges change.
+
+Per batch, an engine makes a ``Patching`` and hands its ``at`` each (module, tensor) of ``visits(patch)`` in
+the order the forward reaches them; ``at`` returns the tensor the forward goes on with. Senders' terms are
+kept as they pass. A receiver reads its stream plus, for each patched edge into it, the sender's patched
+term less the term the run computed; a head's query, key or value input is recomputed from that stream
+through the block's first norm (from its weights) and its columns of the projection. Path patching starts from the clean run's
+stream and terms instead (``Patching(..., clean=...)``, after a ``Patching(..., recording=True)`` pass).
+
+The sums run in float32 outside any autocast, in the plan's edge order, so every engine gets the same bytes.
+``modules(path)`` gives a module by its dotted path: a torch module (hooks) or an nnsight envoy, called on a
+tensor and read for ``weight`` and ``bias``. Imported inside engines' blocks: torch and causalab_core only.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from causalab_core.errors import EngineError
+from causalab_core.runtime.interventions import resolved_values
+
+STAGE = {"input": 0, "stream": 1, "q": 2, "k": 3, "v": 4, "head": 5, "mlp": 6, "mlp_term": 7}
+"""The order of a block's tensors in its forward (a sequential block: ``ir.graph.SEQUENTIAL``)."""
+
+
+def visits(patch) -> list[tuple[str, str]]:
+    """Every (module, tensor) the patch reads or edits, in the order the forward reaches them."""
+    stage: dict[tuple[str, str], tuple[int, int]] = {}
+
+    def add(module, tensor, layer, name):
+        key = (module, tensor)
+        stage[key] = min(stage.get(key, (layer, STAGE[name])), (layer, STAGE[name]))
+
+    for sender in patch.senders:
+        name = {"block_input": "input", "head": "head", "mlp_output": "mlp_term"}[sender.site.component]
+        add(sender.site.module, sender.site.tensor, sender.site.layer, name)
+    for receiver in patch.receivers:
+        if receiver.norm is not None:
+            add(receiver.norm, "input", receiver.layer, "stream")
+            add(receiver.module, "output", receiver.layer, receiver.kind)
+        else:
+            add(receiver.module, "input", receiver.layer, "mlp" if receiver.kind == "mlp" else "input")
+    return sorted(stage, key=stage.get)
+
+
+class Patching:
+    """One batch (rows ``span``, left padding ``offsets``) of a run that patches edges."""
+
+    def __init__(self, patch, store, span: slice, offsets, modules, *, clean: dict | None = None,
+                 recording: bool = False):
+        self.patch, self.store, self.span, self.offsets, self.modules = patch, store, span, offsets, modules
+        self.clean, self.recording = clean, recording
+        self.terms: dict[int, torch.Tensor] = {}
+        """Sender index -> its term in this run ``[batch, seq, width]``, float32."""
+        self.streams: dict[str, torch.Tensor] = {}
+        """Module path -> the stream entering it (a receiver's), float32."""
+        self.sources: dict[int, torch.Tensor] = {}
+        self.into = {r: [s for s, r2 in patch.edges if r2 == r] for r in range(len(patch.receivers))}
+        self.senders_at: dict[tuple[str, str], list[int]] = {}
+        for i, sender in enumerate(patch.senders):
+            self.senders_at.setdefault((sender.site.module, sender.site.tensor), []).append(i)
+        self.receivers_at: dict[tuple[str, str], list[int]] = {}
+        self.streams_at: set[str] = set()
+        for i, receiver in enumerate(patch.receivers):
+            if receiver.norm is not None:
+                self.streams_at.add(receiver.norm)
+                self.receivers_at.setdefault((receiver.module, "output"), []).append(i)
+            else:
+                self.receivers_at.setdefault((receiver.module, "input"), []).append(i)
+
+    def kept(self) -> dict:
+        """What a recording pass saw: the clean terms and streams a path patch starts from."""
+        return {"terms": self.terms, "streams": self.streams}
+
+    def at(self, module: str, tensor: str, value: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(device_type=value.device.type, enabled=False):
+            for i in self.senders_at.get((module, tensor), ()):
+                self.terms[i] = self.term(i, value)
+            if tensor == "input" and module in self.streams_at:
+                self.streams[module] = value.float()
+            receivers = self.receivers_at.get((module, tensor), ())
+            if not receivers:
+                return value
+            if tensor == "input":  # an MLP's or the logits' norm: the stream itself
+                (receiver,) = receivers
+                if self.recording:
+                    self.streams[module] = value.float()
+                    return value
+                return self.patched(receiver, value.float()).to(value.dtype)
+            if self.recording:
+                return value
+            edited = value.clone()
+            for receiver in receivers:
+                r = self.patch.receivers[receiver]
+                normed = normalized(self.modules(r.norm), self.patched(receiver, self.streams[r.norm]).to(value.dtype))
+                start, stop = r.columns
+                edited[..., start:stop] = projected(self.modules(r.module), normed, start, stop).to(value.dtype)
+            return edited
+
+    def patched(self, receiver: int, stream: torch.Tensor) -> torch.Tensor:
+        """The stream a receiver reads: its own (the clean run's, for a path patch) with each patched sender's
+        term replaced by its source's."""
+        r = self.patch.receivers[receiver]
+        own, terms = (stream, self.terms) if self.clean is None else \
+            (self.clean["streams"][r.norm or r.module], self.clean["terms"])
+        out = own
+        for sender in self.into[receiver]:
+            out = out + (self.source(sender) - terms[sender])
+        return out
+
+    def term(self, sender: int, value: torch.Tensor) -> torch.Tensor:
+        """A sender's term in the stream from its site's tensor (a head's: its slice through the projection)."""
+        s = self.patch.senders[sender]
+        if s.site.component != "head":
+            return value.float()
+        d = s.site.width
+        return head_term(self.modules(s.projection), value[..., s.site.head * d:(s.site.head + 1) * d].float(),
+                         s.site.head, d)
+
+    def source(self, sender: int) -> torch.Tensor:
+        """The sender's patched term on this batch: the source run's, its mean, or zero."""
+        if sender not in self.sources:
+            s, kind = self.patch.senders[sender], self.patch.ablation
+            own = self.terms[sender]
+            if kind == "zero":
+                value = torch.zeros_like(own)
+            elif kind == "mean":
+                value = self.to_term(s, resolved_values(self.store, self.patch.reads[sender], self.patch.name, "mean")
+                                     .mean(0).to(own.device)).expand_as(own)
+            else:
+                padded = own.new_zeros((*own.shape[:2], s.site.width))
+                for b, (row, offset) in enumerate(zip(self.store[self.patch.reads[sender]][self.span], self.offsets)):
+                    if row is None or offset + len(row) != own.shape[1]:
+                        raise EngineError(f"edge patch {self.patch.name!r}: sender {s.name!r}'s source on a row is "
+                                          "not as long as the patched prompt")
+                    padded[b, offset:] = row.float().to(own.device)
+                value = self.to_term(s, padded)
+            self.sources[sender] = value
+        return self.sources[sender]
+
+    def to_term(self, s, value: torch.Tensor) -> torch.Tensor:
+        if s.site.component != "head":
+            return value
+        return head_term(self.modules(s.projection), value, s.site.head, s.site.width)
+
+
+def normalized(norm, x: torch.Tensor) -> torch.Tensor:
+    """The block's first norm of ``x``, computed from its weights as the family's module computes it (calling
+    the module would run the hooks an engine has on it): an RMS norm (Llama, Mistral, Qwen) or GPT-2's
+    ``LayerNorm``."""
+    eps = getattr(norm, "variance_epsilon", None)
+    if eps is None:
+        return torch.nn.functional.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return norm.weight * h.to(x.dtype)
+
+
+def head_term(projection, z: torch.Tensor, head: int, d: int) -> torch.Tensor:
+    """Head ``head``'s output ``z`` (``[..., d]``) through its columns of the output projection, without bias."""
+    weight = projection.weight.float()
+    if linear(projection):
+        return z @ weight[:, head * d:(head + 1) * d].T
+    return z @ weight[head * d:(head + 1) * d, :]
+
+
+def projected(projection, normed: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+    """Columns ``start:stop`` of a projection of ``normed`` (a ``Linear``, or GPT-2's transposed ``Conv1D``)."""
+    weight, bias = projection.weight, projection.bias
+    if linear(projection):
+        return torch.nn.functional.linear(normed, weight[start:stop], None if bias is None else bias[start:stop])
+    flat = torch.addmm(bias[start:stop], normed.reshape(-1, normed.shape[-1]), weight[:, start:stop])
+    return flat.reshape(*normed.shape[:-1], stop - start)
+
+
+def linear(projection) -> bool:
+    """Whether a projection keeps its weight as ``[out, in]`` (``torch.nn.Linear``) rather than ``[in, out]``
+    (transformers' ``Conv1D``, which records its output width as ``nf``)."""
+    return getattr(projection, "nf", None) is None
