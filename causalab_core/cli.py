@@ -168,6 +168,41 @@ def plan(
         # A loaded featurizer's bytes are shown by size; run.json and the plan keep their sha256.
         shown = lambda value: f"<{len(value)} bytes>" if isinstance(value, bytes) else str(value)  # noqa: E731
         print(json.dumps(built.to_dict(), indent=1, default=shown) if as_json else render(built))
+        if not as_json:
+            print(graph_line(built))
+
+
+def graph_line(built) -> str:
+    """The model's computation graph's size, or why it has none (``ir.graph``)."""
+    from causalab_core.ir.graph import graph
+    from transformers import AutoConfig
+
+    try:
+        g = graph(AutoConfig.from_pretrained(built.model.source, local_files_only=True))
+    except ValueError as exc:
+        return f"graph  none: {exc}"
+    return f"graph  {g.family}: {len(g.nodes):,} nodes, {len(g.edges):,} edges (causalab graph prints them)"
+
+
+@app.command("graph")
+def graph_command(
+    model: Annotated[str, typer.Argument(help="A model key: a checkpoint folder, a cached Hugging Face id, or a "
+                                              "key a models plugin knows.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print every node and edge as JSON.")] = False,
+    verbose: Verbose = False,
+) -> None:
+    """Print a model's computation graph (nodes: input, heads, MLPs, logits; edges into each input), from its
+    config alone."""
+    with reported(verbose):
+        from causalab_core import api
+
+        g = api.graph(model)
+        if as_json:
+            print(json.dumps({"family": g.family, "layers": g.layers, "heads": g.heads, "kv_heads": g.kv_heads,
+                              "nodes": list(g.nodes), "edges": [list(e) for e in g.edges]}))
+        else:
+            print(f"{g!r}\nnodes  {' '.join(g.nodes[:12])}{' ...' if len(g.nodes) > 12 else ''}\n"
+                  f"inputs {' '.join(dict.fromkeys(r for _, r in g.edges))}"[:2000])
 
 
 @app.command()

@@ -70,9 +70,15 @@ class EdgePatching:
                 self.node(s, f"{at}[0]")
         for s, r, at in pairs:
             if r not in self.receivers:
-                raise PlanError(f"{at}: {echo(r)} is no node input of the graph ({g!r}): a head's "
-                                f"`a{{layer}}.h{{head}}<q|k|v>`{', a group`s `a{{layer}}.kv{{group}}<k|v>`' if g.kv_heads < g.heads else ''}, "
-                                "an MLP's `m{layer}` or `logits`")
+                kv = "`a{layer}.kv{group}<k|v>` (grouped-query attention)" if g.kv_heads < g.heads else \
+                    "`a{layer}.h{head}<k|v>`"
+                hint = ""
+                if g.kv_heads < g.heads and r.endswith(("<k>", "<v>")) and ".h" in r:
+                    layer, head = r[1:].partition("<")[0].split(".h")
+                    hint = f" (head {head}'s is a{layer}.kv{int(head) // (g.heads // g.kv_heads)}{r[-3:]})" \
+                        if layer.isdigit() and head.isdigit() else ""
+                raise PlanError(f"{at}: {echo(r)} is no node input of the graph ({g!r}){hint}: a head's query "
+                                f"`a{{layer}}.h{{head}}<q>`, a key or value {kv}, an MLP's `m{{layer}}` or `logits`")
             if (s, r) not in self.known:
                 raise PlanError(f"{at}: {echo(s)} is computed after {echo(r)} reads the stream: no such edge")
         unique = list(dict.fromkeys((s, r) for s, r, _ in pairs))

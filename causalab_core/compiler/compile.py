@@ -210,9 +210,9 @@ class Compiler(Featurizing):
                 lengths = {i: (len(s.ids), len(t.ids)) for i, (s, t) in
                            enumerate(zip(self.prompts[source], self.prompts[raw["input"]])) if len(s.ids) != len(t.ids)}
                 if lengths:
-                    raise PlanError(f"{where}.source: an edge swap takes every position from {source!r}'s run, and "
-                                    f"its prompt is not as long as {raw['input']!r}'s on row(s) {{row: (source, "
-                                    f"patched)}} {_some(lengths, self.loaded.rows)}")
+                    raise PlanError(f"{where}.source: an edge swap takes every position of input {source!r}'s "
+                                    f"run, and its prompt is not as long as input {raw['input']!r}'s on row(s) "
+                                    f"{{row: (source, patched)}} {_some(lengths, self.loaded.rows)}")
             if source is not None and source not in self._every_position:
                 self._every_position[source] = tuple(tuple(range(len(r.ids))) for r in self.prompts[source])
             patch, needed = self.edge_patching.patch(pname, raw, where, self._every_position.get(source, ()))

@@ -43,7 +43,13 @@ def render(plan: Plan) -> str:
             lines.append(f"  run {step.path}" + (f" (estimated by {step.estimate}, not run)" if step.estimate else ""))
             for read in step.reads:
                 lines.append(f"    read  {read.name} @ {_site(read.site)}")
-                lines.append(f"          {_windows(records[read.name])}")
+                lines.append(f"          {_windows(records[read.name])}" if read.name in records
+                             else "          every position (a sender's term, for an edge patch)")
+            if step.edges is not None:
+                e = step.edges
+                pairs = [f"{e.senders[s].name} -> {e.receivers[r].name}" for s, r in e.edges]
+                shown = ", ".join(pairs[:6]) + (f" and {len(pairs) - 6} more" if len(pairs) > 6 else "")
+                lines.append(f"    {'path' if e.path else 'edge'} patch {e.name} ({e.ablation}): {shown}")
             for write in step.writes:
                 via = f" via {_via(write.featurizer)}" if write.featurizer else ""
                 if write.intervention is None:

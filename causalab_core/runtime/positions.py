@@ -260,6 +260,9 @@ def other_rows(points) -> str | None:
     mean, a resample, a spread) needs every row's reads at once, and the mode keeps one batch's."""
     for point in points:
         for step in point.steps:
+            if step.kind == "run" and step.edges is not None:
+                return (f"edge patch {step.edges.name!r} changes every position of its run, so there is no clean "
+                        "prefix to reuse")
             for write in (step.writes if step.kind == "run" else ()):
                 iv = write.intervention
                 if iv is not None and (iv.needs in ("mean", "resample") or iv.std_of is not None):

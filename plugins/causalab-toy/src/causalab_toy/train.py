@@ -16,10 +16,15 @@ from pathlib import Path
 
 import torch
 
-from causalab_toy import tasks
+from causalab_toy import circuits, tasks
 from causalab_toy.tokenizer import word_level_tokenizer
 
 SPECS = {
+    # Models whose circuit is known (circuits.py): induction, attention-only (no MLP units), trained on every
+    # position of a repeated chunk; IOI, GPT-2-style and wider than 64 (attribution is measured on it).
+    "induction": {"task": "induction", "arch": "llama", "layers": 2, "width": 64, "heads": 4, "mlp": 0,
+                  "steps": 3000, "lr": 2e-3, "objective": "sequence"},
+    "ioi": {"task": "ioi", "arch": "gpt2", "layers": 4, "width": 256, "heads": 8, "steps": 3000, "lr": 1e-3},
     "weekdays": {"task": "weekdays", "arch": "llama", "layers": 8, "width": 64, "heads": 4, "steps": 1500, "lr": 2e-3},
     "entity": {"task": "entity", "arch": "llama", "layers": 4, "width": 64, "heads": 4, "steps": 2000, "lr": 3e-3},
 }
@@ -33,12 +38,14 @@ for _base, _task in (("weekdays", "weekdays_residues"), ("entity", "entity_answe
 BATCH = 64
 
 
-def new_model(arch: str, tokenizer, layers: int, width: int, heads: int):
+def new_model(arch: str, tokenizer, layers: int, width: int, heads: int, mlp: int | None = None):
+    """``mlp``: the MLP's hidden width (default 4 x width; 0: no MLP units, an attention-only Llama)."""
     from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
     if arch == "llama":
         return LlamaForCausalLM(LlamaConfig(
-            vocab_size=len(tokenizer), hidden_size=width, intermediate_size=4 * width, num_hidden_layers=layers,
+            vocab_size=len(tokenizer), hidden_size=width, intermediate_size=4 * width if mlp is None else mlp,
+            num_hidden_layers=layers,
             num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=128,
             tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
             pad_token_id=tokenizer.pad_token_id,
@@ -57,17 +64,48 @@ def encode(tokenizer, prompts: list[str], answers: list[str]) -> tuple[torch.Ten
 
 
 def examples(rows: list[dict]) -> tuple[list[str], list[str]]:
-    """Both prompts of each row, with their answers."""
-    prompts = [r["base"] for r in rows] + [r["counterfactual"] for r in rows]
-    answers = [r["base_answer"] for r in rows] + [r["cf_answer"] for r in rows]
+    """Both prompts of each row, with their answers (the base's alone where the counterfactual has none)."""
+    answered = [r for r in rows if "cf_answer" in r]
+    prompts = [r["base"] for r in rows] + [r["counterfactual"] for r in answered]
+    answers = [r["base_answer"] for r in rows] + [r["cf_answer"] for r in answered]
     return prompts, answers
+
+
+def task_rows(task: str, n: int, split: str, seed: int = 0) -> list[dict]:
+    return (circuits.rows if task in CIRCUIT_TASKS else tasks.rows)(task, n, split, seed)
+
+
+CIRCUIT_TASKS = {"induction": (circuits.TOKENS, circuits.induction_pair), "ioi": (circuits.IOI_WORDS, circuits.ioi_pair)}
+
+
+def words(task: str) -> tuple[str, ...]:
+    return CIRCUIT_TASKS[task][0] if task in CIRCUIT_TASKS else tasks.TASKS[task].words
+
+
+def batch(spec: dict, tokenizer, rng: random.Random) -> tuple[torch.Tensor, torch.Tensor]:
+    """A training batch: ids, and the target of each position (-100 where no loss is taken)."""
+    if spec.get("objective") == "sequence":  # every position of the repeat after its first token
+        ids, targets = [], []
+        for _ in range(BATCH):
+            sequence, n = circuits.induction_sequence(rng)
+            row = tokenizer(" ".join(sequence))["input_ids"]
+            target = [-100] * len(row)
+            start = len(row) - n  # the repeat's first token
+            for j in range(start + 1, len(row)):
+                target[j - 1] = row[j]
+            ids.append(row)
+            targets.append(target)
+        return torch.tensor(ids), torch.tensor(targets)
+    pair = CIRCUIT_TASKS[spec["task"]][1] if spec["task"] in CIRCUIT_TASKS else tasks.TASKS[spec["task"]].pair
+    ids, answers = encode(tokenizer, *examples([pair(rng, False) for _ in range(BATCH // 2)]))
+    return ids, answers
 
 
 @torch.no_grad()
 def accuracy(model, tokenizer, task: str, n: int = 500, split: str = "test") -> float:
     """Share of the split's prompts whose argmax next token is the answer."""
     model.eval()
-    ids, targets = encode(tokenizer, *examples(tasks.rows(task, n, split, seed=1)))
+    ids, targets = encode(tokenizer, *examples(task_rows(task, n, split, seed=1)))
     predicted = model(input_ids=ids, logits_to_keep=1).logits[:, -1].argmax(-1)
     return (predicted == targets).float().mean().item()
 
@@ -81,8 +119,8 @@ def train(name: str, out: Path, steps: int | None = None, seed: int | None = Non
     torch.manual_seed(seed)
     # As the loss nears zero the gradients turn subnormal, and on some CPUs each step then takes 10-100x
     # longer (weekdays stalled near step 1000): flush them to zero while training.
-    tokenizer = word_level_tokenizer(tasks.TASKS[spec["task"]].words)
-    model = new_model(spec["arch"], tokenizer, spec["layers"], spec["width"], spec["heads"])
+    tokenizer = word_level_tokenizer(words(spec["task"]))
+    model = new_model(spec["arch"], tokenizer, spec["layers"], spec["width"], spec["heads"], spec.get("mlp"))
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec["lr"], weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=spec["lr"], total_steps=max(steps, 1), pct_start=0.1)
     rng = random.Random(f"{name}-{seed}")
@@ -91,10 +129,13 @@ def train(name: str, out: Path, steps: int | None = None, seed: int | None = Non
     torch.set_flush_denormal(True)  # restored below: tests train in-process beside other tests
     try:
         for step in range(steps):
-            rows = [tasks.TASKS[spec["task"]].pair(rng, False) for _ in range(BATCH // 2)]
-            ids, targets = encode(tokenizer, *examples(rows))
-            logits = model(input_ids=ids, logits_to_keep=1).logits[:, -1]
-            loss = torch.nn.functional.cross_entropy(logits, targets)
+            ids, targets = batch(spec, tokenizer, rng)
+            if targets.dim() == 2:  # a target per position
+                logits = model(input_ids=ids).logits
+                loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
+            else:
+                logits = model(input_ids=ids, logits_to_keep=1).logits[:, -1]
+                loss = torch.nn.functional.cross_entropy(logits, targets)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
