@@ -27,14 +27,15 @@ def check_estimable(doc: Any, registry: Any, metric_params: dict[str, Any]) -> N
         if wide:
             raise PlanError(f"$.metrics.{name}: metric kind {metric.kind!r} reads the view {wide[0]!r}, which "
                             f"$.estimate does not estimate (metrics that work: {works})")
-    if not doc.writes:
+    changes = {**{f"$.writes.{n}": w for n, w in doc.writes.items()}, **{f"$.edges.{n}": e for n, e in doc.edges.items()}}
+    if not changes:
         raise PlanError("$.estimate: the document writes nothing, so there is nothing to estimate")
-    written = {w.input for w in doc.writes.values()}
-    default = next(iter(doc.writes.values())).input
+    written = {w.input for w in changes.values()}
+    default = next(iter(changes.values())).input
     scored = {m.input or default for m in doc.metrics.values()}
-    for name, write in doc.writes.items():
+    for where, write in changes.items():
         if write.input not in scored:
-            raise PlanError(f"$.writes.{name}: $.estimate estimates the scores of input {write.input!r}'s run, and "
+            raise PlanError(f"{where}: $.estimate estimates the scores of input {write.input!r}'s run, and "
                             "no metric scores it")
     for name, read in doc.reads.items():
         if read.input in written:
@@ -48,7 +49,7 @@ def check_estimable(doc: Any, registry: Any, metric_params: dict[str, Any]) -> N
 def combinations(step, doc: Any, registry: Any, metric_params: dict[str, Any]) -> tuple | None:
     """The linear combinations of ``step``'s scores (its columns, then the log-sum-exp) its metrics read it
     through (``Metric.linear``), or None where one of them reads more, or as many as there are scores."""
-    default = next(iter(doc.writes.values())).input
+    default = next(iter((*doc.writes.values(), *doc.edges.values()))).input
     found = []
     for name, metric in doc.metrics.items():
         if (metric.input or default) != step.input:

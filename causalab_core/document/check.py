@@ -118,9 +118,6 @@ def check_edges(document: Document, inputs_shown: str) -> None:
     """An edge patch names inputs, a source where its kind reads one, and an input no write or other patch
     changes (one run patches edges or writes sites)."""
     patched: dict[str, str] = {}
-    if document.edges and document.estimate is not None:
-        raise DocumentError(f"$.estimate: attribution estimates writes; $.edges.{next(iter(document.edges))} is "
-                            "patched for real")
     for name, spec in document.edges.items():
         where = f"$.edges.{name}"
         for key in ("input", "source"):

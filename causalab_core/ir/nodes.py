@@ -234,8 +234,9 @@ class Run:
 
     @property
     def estimable(self) -> bool:
-        """Whether a document's ``estimate`` estimates this run instead of running it: it writes."""
-        return bool(self.writes) and self.edges is None
+        """Whether a document's ``estimate`` estimates this run instead of running it: it writes or patches edges
+        (edge attribution, ``runtime.edges.Probe``)."""
+        return bool(self.writes) or self.edges is not None
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from causalab_core.errors import EngineError
+from causalab_core.ir.nodes import EdgePatch
 from causalab_core.runtime.interventions import resolved_values
 
 STAGE = {"input": 0, "stream": 1, "q": 2, "k": 3, "v": 4, "head": 5, "mlp": 6, "mlp_term": 7}
@@ -120,28 +121,85 @@ class Patching:
     def source(self, sender: int) -> torch.Tensor:
         """The sender's patched term on this batch: the source run's, its mean, or zero."""
         if sender not in self.sources:
-            s, kind = self.patch.senders[sender], self.patch.ablation
-            own = self.terms[sender]
-            if kind == "zero":
-                value = torch.zeros_like(own)
-            elif kind == "mean":
-                value = self.to_term(s, resolved_values(self.store, self.patch.reads[sender], self.patch.name, "mean")
-                                     .mean(0).to(own.device)).expand_as(own)
-            else:
-                padded = own.new_zeros((*own.shape[:2], s.site.width))
-                for b, (row, offset) in enumerate(zip(self.store[self.patch.reads[sender]][self.span], self.offsets)):
-                    if row is None or offset + len(row) != own.shape[1]:
-                        raise EngineError(f"edge patch {self.patch.name!r}: sender {s.name!r}'s source on a row is "
-                                          "not as long as the patched prompt")
-                    padded[b, offset:] = row.float().to(own.device)
-                value = self.to_term(s, padded)
-            self.sources[sender] = value
+            self.sources[sender] = source_term(self.patch, sender, self.store, self.span, self.offsets,
+                                               self.terms[sender], self.modules)
         return self.sources[sender]
 
-    def to_term(self, s, value: torch.Tensor) -> torch.Tensor:
-        if s.site.component != "head":
-            return value
-        return head_term(self.modules(s.projection), value, s.site.head, s.site.width)
+
+def source_term(patch, sender: int, store, span: slice, offsets, own: torch.Tensor, modules) -> torch.Tensor:
+    """Sender ``sender``'s patched term on a batch (``own``: its term in the run, for the shape and device)."""
+    s, kind = patch.senders[sender], patch.ablation
+    if kind == "zero":
+        return torch.zeros_like(own)
+    if kind == "mean":
+        mean = resolved_values(store, patch.reads[sender], patch.name, "mean").mean(0).to(own.device)
+        return to_term(s, mean, modules).expand_as(own)
+    padded = own.new_zeros((*own.shape[:2], s.site.width))
+    for b, (row, offset) in enumerate(zip(store[patch.reads[sender]][span], offsets)):
+        if row is None or offset + len(row) != own.shape[1]:
+            raise EngineError(f"edge patch {patch.name!r}: sender {s.name!r}'s source on a row is not as long "
+                              "as the patched prompt")
+        padded[b, offset:] = row.float().to(own.device)
+    return to_term(s, padded, modules)
+
+
+def to_term(sender, value: torch.Tensor, modules) -> torch.Tensor:
+    """A sender's term from its site's value (a head's through its columns of the output projection)."""
+    if sender.site.component != "head":
+        return value
+    return head_term(modules(sender.projection), value, sender.site.head, sender.site.width)
+
+
+class Probe(Patching):
+    """A clean pass for edge attribution (EAP, Syed et al. 2023): every receiver reads its stream plus a zero
+    that requires grad (``leaves``, by receiver name), so one backward per score gives the gradient at every
+    receiver's input at once; the senders' clean terms are kept (detached)."""
+
+    def __init__(self, patch, span: slice, offsets, modules):
+        super().__init__(patch, None, span, offsets, modules)
+        self.leaves: dict[str, torch.Tensor] = {}
+
+    def patched(self, receiver: int, stream: torch.Tensor) -> torch.Tensor:
+        name = self.patch.receivers[receiver].name
+        self.leaves[name] = torch.zeros_like(stream, requires_grad=True)
+        return stream + self.leaves[name]
+
+
+def union(patches) -> EdgePatch:
+    """One patch with every sender, receiver and edge of ``patches`` (named alike), for one probe of them all."""
+    senders = {s.name: s for p in patches for s in p.senders}
+    receivers = {r.name: r for p in patches for r in p.receivers}
+    names = sorted({(p.senders[s].name, p.receivers[r].name) for p in patches for s, r in p.edges})
+    order_s, order_r = list(senders), list(receivers)
+    return EdgePatch("probe", tuple(senders.values()), tuple(receivers.values()),
+                     tuple((order_s.index(s), order_r.index(r)) for s, r in names))
+
+
+def edge_estimate(step, span: slice, offsets, clean: dict, probe: Probe, grads: dict, store) -> dict:
+    """An estimated edge run's scores on rows ``span`` (as ``attribution.estimate``'s): the clean scores plus,
+    for each patched edge, (the sender's patched term - its clean term) . d score / d (the receiver's input),
+    summed over positions; padding changes nothing."""
+    patch = step.edges
+    terms = {probe.patch.senders[i].name: t.detach() for i, t in probe.terms.items()}
+    change = torch.zeros(span.stop - span.start, len(next(iter(grads.values()))), dtype=torch.float64)
+    with torch.no_grad():
+        diffs = {}
+        for s, r in patch.edges:
+            sender = patch.senders[s]
+            if s not in diffs:
+                own = terms[sender.name]
+                diff = source_term(patch, s, store, span, offsets, own, probe.modules) - own
+                for b, offset in enumerate(offsets):
+                    diff[b, :offset] = 0
+                diffs[s] = diff
+            g = grads[patch.receivers[r].name]  # [scores, rows, positions, width]
+            change += torch.einsum("bpd,sbpd->bs", diffs[s], g).double().cpu()
+    if step.combinations is not None:
+        change = change @ torch.linalg.pinv(torch.tensor(step.combinations, dtype=torch.float64)).T
+    columns = clean["answer_logits"].shape[1]
+    return {"answer_logits": (clean["answer_logits"].double() + change[:, :columns]).float(),
+            "logsumexp": (clean["logsumexp"].double() + change[:, columns]).float(),
+            "clean_answer_logits": clean["answer_logits"], "clean_logsumexp": clean["logsumexp"]}
 
 
 def normalized(norm, x: torch.Tensor) -> torch.Tensor:

@@ -14,7 +14,7 @@ from causalab_core.runtime import (
     Batch, answer_scores, applier, as_heads, batches, featurizers_for, fit_featurizer, gather, joined, minibatch, put,
 )
 from causalab_core.runtime.attribution import estimate, gradients, site_key, written_sites
-from causalab_core.runtime.edges import Patching, visits
+from causalab_core.runtime.edges import Patching, Probe, edge_estimate, union, visits
 from causalab_core.runtime.positions import (
     UNSUPPORTED, CleanCaches, EagerAttention, decide, first_written_position, keys_values, last_position, prefix_cache,
     rows_per_batch, tail_batch, tail_output, trims_last_mlp, widened,
@@ -167,6 +167,11 @@ class Execution:
             groups.setdefault((item[0].input, item[0].scoring.columns, item[0].combinations), []).append(item)
         parts: dict[str, list] = {}
         for (input_name, _, _), items in groups.items():
+            if items[0][0].edges is not None:
+                for path, found in self.edge_estimates(items, self.batches[input_name] if b is None
+                                                       else self.batches[input_name][b:b + 1]).items():
+                    parts.setdefault(path, []).extend(found)
+                continue
             sites = written_sites([step for step, _, _ in items])
             for batch in self.batches[input_name] if b is None else self.batches[input_name][b:b + 1]:
                 span = slice(batch.start, batch.stop)
@@ -185,6 +190,28 @@ class Execution:
                     parts.setdefault(step.path, []).append(
                         estimate(step, span, batch.offsets, clean, values, grads, store, swaps))
         return {path: joined(found) for path, found in parts.items()}
+
+    def edge_estimates(self, items: list, chosen: list[Batch]) -> dict[str, list]:
+        """Estimated edge runs of one input: per batch, one clean forward probing every receiver they patch and
+        a backward per score (``runtime.edges.Probe``), then each run's estimate."""
+        patch, step0 = union([step.edges for step, _, _ in items]), items[0][0]
+        parts: dict[str, list] = {}
+        for batch in chosen:
+            span = slice(batch.start, batch.stop)
+            probe = Probe(patch, span, batch.offsets, self.model.get_submodule)
+            handles = edge_hooks(self.model, probe)
+            try:
+                with torch.enable_grad():
+                    out = plain_forward(self.model, batch)
+                    clean, grads = gradients(out.logits[:, -1, :], step0.scoring, span, probe.leaves,
+                                             step0.combinations)
+            finally:
+                for h in handles:
+                    h.remove()
+            for step, store, _ in items:
+                parts.setdefault(step.path, []).append(edge_estimate(step, span, batch.offsets, clean, probe, grads,
+                                                                     store))
+        return parts
 
     def record_shared_reads(self, stores, b: int | None = None) -> None:
         """One forward per batch (or for batch ``b`` alone) per input for every point's read-only runs."""

@@ -19,7 +19,7 @@ from causalab_core.runtime.positions import (
     rows_per_batch, tail_batch, tail_output, trims_last_mlp, widened,
 )
 from causalab_core.runtime.attribution import estimate, gradients, site_key, written_sites
-from causalab_core.runtime.edges import Patching, visits
+from causalab_core.runtime.edges import Patching, Probe, edge_estimate, union, visits
 from causalab_core.runtime.reuse import CleanPrefixes, first_written_layer, is_shared, shared_reads, split_shared
 from causalab_nnterp.sites import by_nnterp_name
 
@@ -192,6 +192,8 @@ def estimates(model, batch_list, items, layers_path, site_tensor=by_nnterp_name)
     per batch one clean trace, its first block's input made to require grad and the scores' gradients at each
     written site taken inside it (``runtime.attribution``), then each run's estimate.
     Returns ``{step path: [scores per batch]}``."""
+    if items[0][0].edges is not None:
+        return edge_estimates(model, batch_list, items)
     sites, scoring = written_sites([step for step, _, _ in items]), items[0][0].scoring
     parts = {}
     for batch in batch_list:
@@ -208,6 +210,24 @@ def estimates(model, batch_list, items, layers_path, site_tensor=by_nnterp_name)
         for step, store, featurizers in items:
             parts.setdefault(step.path, []).append(
                 estimate(step, span, batch.offsets, clean, values, grads, store, featurizers))
+    return parts
+
+
+def edge_estimates(model, batch_list, items):
+    """Estimated edge runs of one input: per batch, one clean trace probing every receiver they patch, the
+    gradients taken inside it (``runtime.edges.Probe``), then each run's estimate."""
+    patch, first = union([step.edges for step, _, _ in items]), items[0][0]
+    parts = {}
+    for batch in batch_list:
+        span = slice(batch.start, batch.stop)
+        probe = Probe(patch, span, batch.offsets, model.get)
+        with model.trace(batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,
+                         use_cache=False, logits_to_keep=1):
+            patched_edges(model, probe)
+            clean, grads = gradients(model.output.logits[:, -1, :], first.scoring, span, probe.leaves,
+                                     first.combinations)
+        for step, store, _ in items:
+            parts.setdefault(step.path, []).append(edge_estimate(step, span, batch.offsets, clean, probe, grads, store))
     return parts
 
 
