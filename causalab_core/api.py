@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from causalab_core.document.causal import rows_digest
 from causalab_core.compiler import compile_document
 from causalab_core.compiler.circuits import computation_graph
+from causalab_core.results.circuit import find_circuit
 from causalab_core.results.confirm import confirm, run_estimate
 from causalab_core.plugins import returns
 from causalab_core.plugins.contracts import HERE, Remote
@@ -234,6 +235,9 @@ def _run(reg: Registry, document: DocumentLike, *, rows: Any, out: str | Path | 
                    for point in built.points for m in point.metrics]
     if built.document.get("estimate", {}).get("confirm"):  # the top estimated points patched for real
         metrics, files, record = confirm(built, metrics, files, record, execute)
+    if built.document.get("circuit"):  # a circuit chosen from the edge scores, and its faithfulness
+        metrics, files, record = find_circuit(built, metrics, files, record, execute, lambda doc: compile_document(
+            load_document(doc, data_root, reg, list(loaded.rows)), reg))
     if loaded.generated:  # the rows a causal model generated, as the run used them
         files["data.jsonl"] = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in loaded.rows).encode()
     if out_path is not None:

@@ -237,6 +237,8 @@ def table(
     fmt: Annotated[str, typer.Option("--format", help="csv, json (one array of records) or jsonl (JSON Lines: "
                                                       "one record a line).")] = "csv",
     summaries: Annotated[bool, typer.Option("--summaries", help="One row per point x metric (its summary) instead.")] = False,
+    faithfulness: Annotated[bool, typer.Option("--faithfulness", help="A circuit search's faithfulness curve: one "
+                                                                      "row per circuit size instead.")] = False,
     verbose: Verbose = False,
 ) -> None:
     """Print a finished run as a tidy table: one row per point x data row x metric (see causalab_core.load)."""
@@ -249,7 +251,13 @@ def table(
 
         if fmt not in ("csv", "json", "jsonl"):
             raise DocumentError(f"--format {echo(fmt)}: expected csv, json or jsonl")
-        records = load(folder).records["summaries" if summaries else "rows"]
+        loaded = load(folder)
+        if faithfulness:
+            if loaded.circuit is None:
+                raise DocumentError(f"--faithfulness: {echo(str(folder))} holds no circuit search (no faithfulness.json)")
+            records = json.loads(loaded.files["faithfulness.json"])["curve"]
+        else:
+            records = loaded.records["summaries" if summaries else "rows"]
         if fmt in ("json", "jsonl"):
             from causalab_core.results.score import NOT_A_NUMBER
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -397,12 +398,26 @@ class Compiler(Featurizing):
         )
 
 
+def each_edge(loaded: LoadedDocument, shell) -> LoadedDocument:
+    """The document with an edge patch's ``"each"`` made a sweep axis ``edge``: one point per graph edge."""
+    doc = loaded.document
+    each = [name for name, spec in doc.edges.items() if spec.edges == "each"]
+    if not each:
+        return loaded
+    g = EdgePatching(shell, None, doc.model.key).graph
+    data = doc.model_dump(mode="json")
+    data["edges"][each[0]]["edges"] = {"sweep": "edge"}
+    data["sweep"] = {**data.get("sweep", {}), "edge": [[list(e)] for e in g.edges]}
+    return dataclasses.replace(loaded, document=type(doc).model_validate(data))
+
+
 def compile_document(loaded: LoadedDocument, registry: Registry) -> Plan:
     """Validate against the installed plugins, build the shell, and compile the plan."""
     metric_params = check_document(loaded.document, registry, loaded.source)
     model = loaded.document.model
     try:
         shell = load_shell(resolve_source(model.key, model.revision, registry, loaded.home))
+        loaded = each_edge(loaded, shell)
         return Compiler(loaded, shell, registry, metric_params).plan()
     except (PlanError, DocumentError) as exc:  # a vector file's line names the document, as every other does
         if str(exc).startswith(loaded.source):

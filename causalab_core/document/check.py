@@ -41,7 +41,7 @@ def _sweep_refs(document: Document) -> list[tuple[str, str]]:
     return refs
 
 
-RESERVED_FILES = ("document", "run", "manifest")
+RESERVED_FILES = ("document", "run", "manifest", "circuit", "faithfulness")
 """What causalab writes as ``<name>.json`` beside the metric files, which are ``<metric>.json``."""
 
 
@@ -69,6 +69,7 @@ def check_references(document: Document) -> None:
         if write.featurizer is not None and write.featurizer not in document.featurizers:
             raise DocumentError(f"{where}.featurizer: no featurizer named {echo(write.featurizer)} under $.featurizers")
     check_edges(document, inputs_shown)
+    check_circuit(document)
     for group, specs in (("reads", document.reads), ("writes", document.writes)):
         for name, spec in specs.items():
             sites = document.sweep.get(spec.site.sweep, []) if isinstance(spec.site, SweepRef) else [spec.site]
@@ -150,6 +151,33 @@ def check_edges(document: Document, inputs_shown: str) -> None:
         if reads:
             raise DocumentError(f"{where}.input: $.reads.{reads[0]} reads {echo(spec.input)}'s run, which this "
                                 "patch changes; read another input")
+
+
+def check_circuit(document: Document) -> None:
+    """A circuit names an edge patch that scores each edge, a metric of the document, and no other sweep."""
+    spec = document.circuit
+    each = [n for n, e in document.edges.items() if e.edges == "each"]
+    if len(each) > 1:
+        raise DocumentError(f"$.edges.{each[1]}.edges: \"each\" makes the sweep axis `edge`, and "
+                            f"$.edges.{each[0]} makes it already")
+    if each and "edge" in document.sweep:
+        raise DocumentError(f"$.sweep.edge: $.edges.{each[0]}.edges \"each\" makes this axis; name yours otherwise")
+    if spec is None:
+        return
+    if spec.patch not in document.edges:
+        raise DocumentError(f"$.circuit.patch: no edge patch named {echo(spec.patch)} under $.edges")
+    if document.edges[spec.patch].edges != "each":
+        raise DocumentError(f"$.circuit.patch: $.edges.{spec.patch}.edges must be \"each\": its points score the "
+                            "edges a circuit is chosen from")
+    if spec.metric is not None and spec.metric not in document.metrics:
+        raise DocumentError(f"$.circuit.metric: {echo(spec.metric)} is not one of $.metrics")
+    if not document.metrics:
+        raise DocumentError("$.circuit: a circuit is chosen by a metric, and $.metrics has none")
+    if document.sweep:
+        raise DocumentError(f"$.sweep.{next(iter(document.sweep))}: a circuit is found over one sweep, the edges'; "
+                            "run other settings as documents of their own")
+    if spec.select.acdc is not None and document.estimate is not None:
+        raise DocumentError("$.circuit.select.acdc: ACDC patches each edge for real; leave out $.estimate")
 
 
 def check_direction(document: Document, inputs_shown: str) -> None:

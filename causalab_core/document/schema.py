@@ -262,13 +262,15 @@ class WriteSpec(OptionalKeys):
 
 
 def _is_edges(value: Any) -> bool:
-    return isinstance(value, list) and bool(value) and all(
+    return isinstance(value, list) and all(
         isinstance(e, list) and len(e) == 2 and all(isinstance(n, str) for n in e) for e in value)
 
 
-SWEEPABLE["edges"] = ("a non-empty list of [sender, receiver] pairs of node names", _is_edges)
-Edges = _sweepable(*SWEEPABLE["edges"], {"type": "array", "minItems": 1, "items": {
-    "type": "array", "minItems": 2, "maxItems": 2, "items": {"type": "string"}}})
+SWEEPABLE["edges"] = ("a list of [sender, receiver] pairs of node names", _is_edges)
+Edges = _sweepable("a list of [sender, receiver] pairs of node names, or \"each\"",
+                   lambda v: v == "each" or _is_edges(v), {"anyOf": [{"const": "each"}, {
+                       "type": "array", "items": {"type": "array", "minItems": 2, "maxItems": 2,
+                                                  "items": {"type": "string"}}}]})
 
 
 class PathSpec(Frozen):
@@ -287,8 +289,9 @@ class EdgePatchSpec(OptionalKeys):
     input: Name = Field(description="Which input's run is patched (`recipient` under `direction`).")
     source: Name | None = Field(None, description="The input whose run gives the senders' patched terms (every "
                                 "position; its prompts as long as the patched input's), for a swap or a mean.")
-    edges: Edges | None = Field(None, description="[sender, receiver] pairs, e.g. [[\"a0.h1\", \"a1.h2<k>\"]], "
-                                "or {\"sweep\": axis} over lists of them.")
+    edges: Edges | None = Field(None, description="[sender, receiver] pairs, e.g. [[\"a0.h1\", \"a1.h2<k>\"]] (an "
+                                "empty list patches nothing), {\"sweep\": axis} over lists of them, or \"each\": "
+                                "one sweep point per edge of the graph (axis `edge`), each edge patched alone.")
     path: PathSpec | None = Field(None, description="Instead of `edges`: path patching, the sender's effect "
                                   "through the receivers alone, everything else frozen at the input's clean run.")
     intervention: InterventionSpec | None = Field(None, description="`swap` (default: the source run's terms), "
@@ -299,6 +302,38 @@ class EdgePatchSpec(OptionalKeys):
         if (self.edges is None) == (self.path is None):
             raise ValueError("give `edges` or `path`, one of them")
         return self
+
+
+class SelectSpec(OptionalKeys):
+    """How a circuit is chosen from the edge scores: one of ``top``, ``connected``, ``acdc``."""
+
+    OPTIONAL = ("top", "connected", "acdc")
+
+    top: int | None = Field(None, ge=1, description="The k edges whose patch moves the metric most.")
+    connected: int | None = Field(None, ge=1, description="k edges chosen greedily from the logits back, each "
+                                  "the best-scored edge into a node already in the circuit, then pruned to "
+                                  "what the input reaches (as EAP-IG does).")
+    acdc: float | None = Field(None, gt=0, description="ACDC's threshold (Conmy et al. 2023): from the logits back, "
+                               "each edge is patched for real and stays out while the metric moves less than this.")
+
+    @model_validator(mode="after")
+    def _one(self):
+        if sum(v is not None for v in (self.top, self.connected, self.acdc)) != 1:
+            raise ValueError("give one of `top`, `connected`, `acdc`")
+        return self
+
+
+class CircuitSpec(OptionalKeys):
+    """Find a circuit from the sweep's edge scores (``edges: "each"``), and its faithfulness curve."""
+
+    OPTIONAL = ("metric", "curve")
+
+    patch: Name = Field(description="The $.edges entry whose `edges` is \"each\": its points score the edges.")
+    metric: Name | None = Field(None, description="The metric that scores them (default: the first).")
+    select: SelectSpec = Field(description="How the circuit is chosen from the scores.")
+    curve: list[Annotated[int, Field(ge=0)]] | None = Field(
+        None, min_length=1, description="Circuit sizes (edges kept) on the faithfulness curve; default 0, 1, 2, 4, "
+        "... and every edge.")
 
 
 class TrainSpec(OptionalKeys):
@@ -406,7 +441,7 @@ def with_roles(data: Any) -> Any:
 class Document(OptionalKeys):
     """An interchange-intervention experiment."""
 
-    OPTIONAL = ("columns", "direction", "estimate", "edges")
+    OPTIONAL = ("columns", "direction", "estimate", "edges", "circuit")
 
     version: Literal["2"] = Field(description="The document format's version: \"2\".")
     name: str | None = Field(None, description="A short name: the report's and the plots' title.")
@@ -438,6 +473,9 @@ class Document(OptionalKeys):
     estimate: EstimateSpec | None = Field(
         None, description="Estimate the writes by attribution patching instead of running them (metrics with a "
         "gradient only); `confirm` patches the top points for real.")
+    circuit: CircuitSpec | None = Field(
+        None, description="Choose a circuit from the edge scores of `edges: \"each\"`, and measure its faithfulness "
+        "(circuit.json, faithfulness.json).")
 
     @model_validator(mode="before")
     @classmethod

@@ -13,10 +13,20 @@ from causalab_core.document.schema import Document, is_sweep_ref
 from causalab_core.errors import PlanError, echo
 
 
+def _one_edge(value: Any) -> tuple[str, str] | None:
+    """The (sender, receiver) of a list holding one edge (a point of ``edges: "each"``), else None."""
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], list) and len(value[0]) == 2 \
+            and all(isinstance(n, str) for n in value[0]):
+        return value[0][0], value[0][1]
+    return None
+
+
 def _compact(value: Any) -> str | None:
-    """The short form of a number, a string or an anchored position, else None."""
+    """The short form of a number, a string, an anchored position or one edge, else None."""
     if isinstance(value, (int, str)):
         return str(value)
+    if (edge := _one_edge(value)) is not None:
+        return f"{edge[0]}->{edge[1]}"
     if isinstance(value, float):  # Python's shortest round-trip form: 0.5, 1e-05 (a document holds no NaN)
         return repr(value)
     if isinstance(value, dict):
@@ -68,6 +78,8 @@ def folder_labels(values: list[Any]) -> list[str]:
     """One axis's values as folder-name parts: safe, and distinct even on a case-blind filesystem."""
     labels = []
     for value in values:
+        if (edge := _one_edge(value)) is not None:  # a0.h1->a1.h2<k> as a0.h1+a1.h2.k
+            value = f"{edge[0]}+{edge[1].replace('<', '.').rstrip('>')}"
         compact = _compact(value)
         plain = compact is not None and _PLAIN.fullmatch(compact) and len(compact) <= _LABEL_LIMIT
         labels.append(compact if plain else _hashed(value))

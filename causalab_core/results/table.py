@@ -16,7 +16,7 @@ from causalab_core.errors import CausalabError, OutputError, echo
 from causalab_core.results.manifest import MANIFEST, UNTRUSTED, read_manifest, read_run
 from causalab_core.results.score import NOT_A_NUMBER, _number
 
-TOP_FILES = {"document.json", "run.json", MANIFEST, "data.jsonl"}
+TOP_FILES = {"document.json", "run.json", MANIFEST, "data.jsonl", "circuit.json", "faithfulness.json"}
 
 
 @dataclass(frozen=True, repr=False)
@@ -95,6 +95,19 @@ class LoadedRun:
                                   "input": record.get("input"), "row": i, "window": row.get("window"),
                                   "tokens": row.get("tokens"), "reason": row.get("reason")})
         return _frame(found, self.orders)
+
+    @property
+    def circuit(self) -> dict[str, Any] | None:
+        """A circuit search's choice (``circuit.json``): ``edges``, ``nodes``, ``size``, how it was chosen
+        (``select``, ``scored_by``, ``ablation``), its ``faithfulness`` and every edge's score; None without one."""
+        return json.loads(self.files["circuit.json"]) if "circuit.json" in self.files else None
+
+    @property
+    def faithfulness(self) -> Any:
+        """A circuit search's faithfulness curve: one row per circuit size (``edges`` kept), its ``mean``,
+        ``share`` of the full model's effect and their bounds (empty without a circuit search)."""
+        curve = json.loads(self.files["faithfulness.json"])["curve"] if "faithfulness.json" in self.files else []
+        return _frame([{k: float(v) if isinstance(v, str) else v for k, v in p.items()} for p in curve])
 
     @property
     def featurizers(self) -> Any:

@@ -8,7 +8,7 @@
 
 Rows carry ``base``/``counterfactual`` prompts of the same length and the base's answer (and, for IOI, the
 ``subject`` whose logit the answer's is scored against). The counterfactual is the
-corruption circuit work patches from: for induction another random chunk (nothing to copy back from), for IOI
+corruption circuit work patches from: for induction the chunk shuffled (another token follows each), for IOI
 the same template with three other names (Wang et al.'s "ABC" distribution). Train and test differ in what
 the answer is computed from: held-out induction chunks start with a token the training chunks never start with;
 held-out IOI pairs (indirect object, subject) never occur in training.
@@ -42,19 +42,22 @@ def _chunk(rng: random.Random, n: int, test: bool) -> list[str]:
 
 
 def induction_pair(rng: random.Random, test: bool, n: int = 8, shown: int = 4, prefix: int = 4) -> dict:
-    """``prefix`` random tokens, a chunk of ``n``, then its first ``shown``: the answer is the next one. The
-    counterfactual keeps the prefix and draws another chunk (no token of the base's)."""
+    """``prefix`` random tokens, a chunk of ``n``, then its first ``shown``: the answer is the token that followed
+    the last one shown. The counterfactual shows the same tokens after the chunk shuffled, so every token is
+    where another was, and the last one shown is followed by another token (``cf_answer``): what an induction
+    circuit reads through its previous-token head and its keys changes, the tokens themselves do not."""
     chunk = _chunk(rng, n, test)
-    others = [t for t in TOKENS if t not in chunk]
+    head = [rng.choice([t for t in TOKENS if t not in chunk]) for _ in range(prefix)]
+    last = chunk[shown - 1]
     while True:
-        cf = rng.sample(others, n)
-        if (cf[0] in HELD_OUT_FIRST) == test:
+        shuffled = rng.sample(chunk, n)
+        at = shuffled.index(last)
+        if at < n - 1 and shuffled[at + 1] != chunk[shown] and all(a != b for a, b in zip(shuffled, chunk)):
             break
-    head = [rng.choice(others) for _ in range(prefix)]
     return {
-        "base": " ".join(head + chunk + chunk[:shown]), "counterfactual": " ".join(head + cf + cf[:shown]),
-        "base_answer": " " + chunk[shown], "cf_answer": " " + cf[shown],
-        "copied": " " + chunk[shown - 1],  # the token just shown: what copying the current token would say
+        "base": " ".join(head + chunk + chunk[:shown]), "counterfactual": " ".join(head + shuffled + chunk[:shown]),
+        "base_answer": " " + chunk[shown], "cf_answer": " " + shuffled[at + 1],
+        "copied": " " + last,  # the token just shown: what copying the current token would say
     }
 
 
