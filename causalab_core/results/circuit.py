@@ -32,12 +32,13 @@ def find_circuit(plan, metrics: list[MetricResult], files: dict[str, bytes], rec
     by = spec.get("metric") or next(iter(doc["metrics"]))
     edges = [tuple(e[0]) for e in doc["sweep"]["edge"]]
     runner = Runner(doc, spec["patch"], by, edges, execute, compiled)
-    clean, corrupted = runner.means([edges, []])  # nothing patched, every edge patched
+    clean, corrupted = runner.means([edges, []])  # every edge as the clean run has it, every edge corrupted
+    unpatched = corrupted if runner.denoising else clean  # the run the sweep's points patch one edge of
     scores = {}
     for m in metrics:
         if m.name == by:
             mean = m.content["summary"].get("mean")
-            start = (m.content.get("estimate") or {}).get("clean_mean", clean)
+            start = (m.content.get("estimate") or {}).get("clean_mean", unpatched)
             scores[tuple(dict(m.point.values)["edge"][0])] = mean - start if _finite(mean) and _finite(start) else 0.0
     select = spec["select"]
     if "top" in select:
@@ -87,13 +88,26 @@ class Runner:
     def __init__(self, doc: dict, patch: str, metric: str, edges: list, execute: Callable, compiled: Callable):
         self.doc, self.patch, self.metric, self.edges = doc, patch, metric, edges
         self.execute, self.compiled = execute, compiled
+        self.denoising = (doc.get("direction") or {}).get("patch") == "denoising"
 
     def values(self, kept_sets: list[list]) -> list[list]:
-        """Per kept set, the metric's per-row values with every edge outside it patched."""
-        doc = copy.deepcopy({k: v for k, v in self.doc.items() if k not in ("circuit", "estimate")})
+        """Per kept set, the metric's per-row values on the clean input with every edge outside the set patched
+        from the corrupted run: each node reads the circuit's edges as the run computes them, the others
+        corrupted (MIB's faithfulness). A denoising document's patch (clean into corrupted) is turned around for
+        these runs: the clean input is run, the corrupted one is the source, and so is what its metrics score."""
+        doc = copy.deepcopy({k: v for k, v in self.doc.items() if k not in ("circuit", "estimate", "direction")})
+        patch = doc["edges"][self.patch]
+        if self.denoising:
+            clean, corrupted = self.doc["direction"]["clean"], self.doc["direction"]["corrupted"]
+            patch["input"], patch["source"] = clean, corrupted if patch.get("source") else None
+            patch = {k: v for k, v in patch.items() if v is not None}
+            doc["edges"][self.patch] = patch
+            for metric in doc["metrics"].values():
+                if metric.get("input") == corrupted:
+                    metric["input"] = clean
         keep = [frozenset(k) for k in kept_sets]
         distinct = list(dict.fromkeys(keep))  # a sweep runs each set once
-        doc["edges"][self.patch]["edges"] = {"sweep": "patched"}
+        patch["edges"] = {"sweep": "patched"}
         doc["sweep"] = {"patched": [[list(e) for e in self.edges if e not in k] for k in distinct]}
         plan = self.compiled(doc)
         found, _, _ = self.execute(plan)

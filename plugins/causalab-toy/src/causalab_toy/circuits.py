@@ -45,7 +45,8 @@ def induction_pair(rng: random.Random, test: bool, n: int = 8, shown: int = 4, p
     """``prefix`` random tokens, a chunk of ``n``, then its first ``shown``: the answer is the token that followed
     the last one shown. The counterfactual shows the same tokens after the chunk shuffled, so every token is
     where another was, and the last one shown is followed by another token (``cf_answer``): what an induction
-    circuit reads through its previous-token head and its keys changes, the tokens themselves do not."""
+    circuit reads through its previous-token head and its keys changes, the tokens themselves do not. ``fresh``
+    shows them after another chunk, where they never occurred: an induction head finds no match there."""
     chunk = _chunk(rng, n, test)
     head = [rng.choice([t for t in TOKENS if t not in chunk]) for _ in range(prefix)]
     last = chunk[shown - 1]
@@ -54,15 +55,18 @@ def induction_pair(rng: random.Random, test: bool, n: int = 8, shown: int = 4, p
         at = shuffled.index(last)
         if at < n - 1 and shuffled[at + 1] != chunk[shown] and all(a != b for a, b in zip(shuffled, chunk)):
             break
+    fresh = rng.sample([t for t in TOKENS if t not in chunk and t not in head], n)
     return {
         "base": " ".join(head + chunk + chunk[:shown]), "counterfactual": " ".join(head + shuffled + chunk[:shown]),
+        "fresh": " ".join(head + fresh + chunk[:shown]),  # the tokens shown occur nowhere before: nothing to copy
         "base_answer": " " + chunk[shown], "cf_answer": " " + shuffled[at + 1],
         "copied": " " + last,  # the token just shown: what copying the current token would say
     }
 
 
 IOI_NAMES = ("Mary", "John", "Alice", "Bob", "Carol", "Dave", "Erin", "Frank", "Grace", "Heidi", "Ivan", "Judy",
-             "Kevin", "Laura", "Oscar", "Peggy")
+             "Kevin", "Laura", "Oscar", "Peggy", "Quinn", "Rita", "Sam", "Tina", "Uma", "Victor", "Wendy", "Xavier",
+             "Yara", "Zack", "Anna", "Ben", "Clara", "Dan", "Eva", "Fred")
 PLACES = ("store", "garden", "school", "park", "office", "station")
 OBJECTS = ("drink", "book", "ball", "key", "letter", "apple")
 TEMPLATES = (  # each 14 words: every prompt of the task is as long as every other

@@ -1,4 +1,5 @@
-"""The JSONL files documents read (``documents/data``), deterministic: ``chat/test.jsonl``, ``entity/test.jsonl``.
+"""The JSONL files documents read (``documents/data``), deterministic: ``chat/test.jsonl``, ``entity/test.jsonl``,
+``induction/test.jsonl``, ``ioi/test.jsonl`` (the circuit studies' rows).
 
 Everything else takes its rows from the tasks' causal models (``causalab_toy.causal``), which generate
 distinct rows of either split on demand; there are no other files to keep in step.
@@ -10,9 +11,10 @@ import json
 import random
 from pathlib import Path
 
-from causalab_toy import tasks
+from causalab_toy import circuits, tasks
 
 ENTITY_ROWS = 60
+CIRCUIT_ROWS = {"induction": 40, "ioi": 40}
 
 
 def day_changes() -> list[tuple[int, int, int]]:
@@ -44,7 +46,8 @@ def chat_rows() -> list[dict]:
 
 
 def write(folder: Path) -> list[Path]:
-    files = {"chat/test.jsonl": chat_rows(), "entity/test.jsonl": tasks.rows("entity", ENTITY_ROWS, "test")}
+    files = {"chat/test.jsonl": chat_rows(), "entity/test.jsonl": tasks.rows("entity", ENTITY_ROWS, "test"),
+             **{f"{task}/test.jsonl": circuits.rows(task, n, "test") for task, n in CIRCUIT_ROWS.items()}}
     written = []
     for name, rows in files.items():
         path = folder / name

@@ -151,6 +151,10 @@ def train(name: str, out: Path, steps: int | None = None, seed: int | None = Non
         "seconds": round(time.time() - started, 1), "torch_threads": torch.get_num_threads(),
     }
     model.eval()
+    if spec["task"] in CIRCUIT_TASKS:  # what the model does, measured from its weights (facts.py)
+        from causalab_toy import facts as measured
+
+        facts["facts"] = getattr(measured, f"{spec['task']}_facts")(model, tokenizer)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
