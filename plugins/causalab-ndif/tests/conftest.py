@@ -24,7 +24,7 @@ from causalab_testing.ndif_server.stack import Deployment, TestServer, namespace
 
 ROOT = Path(__file__).resolve().parents[3]
 CAUSALAB = str(Path(sys.executable).parent / "causalab")
-SERVED = ("weekdays", "entity")
+SERVED = ("weekdays", "entity", "induction")
 # Every document the test server runs: the studies and the v2 examples on the toy models.
 SERVED_DOCUMENTS = sorted([*ROOT.glob("documents/real/*.json"), *ROOT.glob("documents/v2/*.json")])
 

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import warnings
+
 from causalab_core import PlanError, hookimpl
 from causalab_toy import models
 from causalab_toy.tasks import entity_split, weekday_split
 
 __all__ = ["entity_split", "weekday_split"]
+
+# The attention-only induction model's MLPs have no units: building one tells torch to initialize tensors of
+# zero elements, and torch says so on every load.
+warnings.filterwarnings("ignore", message="Initializing zero-element tensors is a no-op")
 
 
 @hookimpl

@@ -77,18 +77,37 @@ def zeroed(model, heads):
 
 @torch.no_grad()
 def ioi_facts(model, tokenizer, n: int = 400) -> dict:
-    """Held-out accuracy overall and per order, and how often a wrong answer is the subject."""
+    """Held-out accuracy overall and per order, how often a wrong answer is the subject, where each head
+    attends from the last token (the indirect object, the subject's first and second mention; per layer, per
+    head), and how far zeroing each head alone moves the accuracy (the five largest drops)."""
     model.eval()
+    model.set_attn_implementation("eager")
     rows = circuits.rows("ioi", n, "test", seed=2)
     ids = torch.tensor([tokenizer(r["base"])["input_ids"] for r in rows])
-    predicted = model(ids, logits_to_keep=1).logits[:, -1].argmax(-1).tolist()
+    out = model(ids, output_attentions=True)
+    predicted = out.logits[:, -1].argmax(-1).tolist()
+    words = [["<s>", *r["base"].split()] for r in rows]
+    at = {"io": [w.index(r["io"]) for w, r in zip(words, rows)],
+          "s1": [w.index(r["s"]) for w, r in zip(words, rows)],
+          "s2": [len(w) - 1 - w[::-1].index(r["s"]) for w, r in zip(words, rows)]}
+    every = torch.arange(n)
+    attention = {name: [[round(v, 3) for v in layer[every, :, -1, :][every, :, positions].mean(0).tolist()]
+                        for layer in out.attentions] for name, positions in at.items()}
     io = [tokenizer(r["base_answer"], add_special_tokens=False)["input_ids"][-1] for r in rows]
     s = [tokenizer(r["subject"], add_special_tokens=False)["input_ids"][-1] for r in rows]
     right = [p == a for p, a in zip(predicted, io)]
-    out = {"accuracy": sum(right) / n}
+    accuracy = {"accuracy": sum(right) / n}
     for order in ("ABBA", "BABA"):
         chosen = [ok for ok, r in zip(right, rows) if r["order"] == order]
-        out[f"accuracy_{order}"] = sum(chosen) / len(chosen)
+        accuracy[f"accuracy_{order}"] = sum(chosen) / len(chosen)
     wrong = [(p, b) for p, b, ok in zip(predicted, s, right) if not ok]
-    out["wrong_answers_that_are_the_subject"] = sum(p == b for p, b in wrong) / len(wrong) if wrong else None
-    return out
+    facts = {**accuracy, "wrong_answers_that_are_the_subject": sum(p == b for p, b in wrong) / len(wrong)
+             if wrong else None, "attention_from_last": attention}
+    drops = {}
+    for layer in range(model.config.num_hidden_layers):
+        for head in range(model.config.num_attention_heads):
+            with zeroed(model, [f"a{layer}.h{head}"]):
+                hit = model(ids, logits_to_keep=1).logits[:, -1].argmax(-1).tolist()
+            drops[f"a{layer}.h{head}"] = round(sum(p == a for p, a in zip(hit, io)) / n - facts["accuracy"], 4)
+    facts["accuracy_change_one_head_zeroed"] = dict(sorted(drops.items(), key=lambda kv: kv[1])[:5])
+    return facts
