@@ -440,10 +440,33 @@ def test_each_shipped_study_opens_offline_with_a_cell_per_point(browser, studies
         # a trained file per point and trained featurizer, each a row; untrained rotations only: no table
         files = browser.find_elements(By.CSS_SELECTOR, "section.featurizers table.feat tbody tr")
         assert len(files) == len(data["points"]) * len(trained)
+        if run.circuit is not None:
+            drawn_circuit(browser, run, data)
         quiet(browser, page)
     except AssertionError:
         shoot(browser, f"study-{name.removesuffix('.json')}")
         raise
+
+
+def drawn_circuit(browser, run, data) -> None:
+    """A circuit search's page draws the circuit: a line per chosen edge (a key or value group's to each of
+    its heads), each node on its layer's row, and a click on an edge shows the rows of the point that scored
+    it (its sweep point, named by the edge)."""
+    from selenium.webdriver.common.by import By
+
+    lines = browser.find_elements(By.CSS_SELECTOR, "svg.circuit line.edge")
+    assert {line.get_attribute("data-edge") for line in lines} == {f"{s}->{r}" for s, r in run.circuit["edges"]}
+    nodes = {g.get_attribute("data-node"): float(g.find_element(By.TAG_NAME, "circle").get_attribute("cy"))
+             for g in browser.find_elements(By.CSS_SELECTOR, "svg.circuit g.node")}
+    assert nodes["logits"] < min(y for n, y in nodes.items() if n != "logits")  # the logits on top
+    line = lines[0]
+    browser.execute_script("arguments[0].dispatchEvent(new MouseEvent('click', {bubbles: true}))", line)
+    metric = run.circuit["metric"]
+    point = data["points"][int(line.get_attribute("data-p"))]["name"]
+    sender, receiver = line.get_attribute("data-edge").split("->")
+    assert point == f"edge={sender}+{receiver.replace('<', '.').rstrip('>')}"  # the point that scored the edge
+    shown = browser.find_elements(By.CSS_SELECTOR, f'.detail[data-metric="{metric}"] tr.row')
+    assert len(shown) == KEPT
 
 
 THOUSAND_ROWS = 4

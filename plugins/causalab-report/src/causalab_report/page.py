@@ -19,6 +19,7 @@ from causalab_core.document.sweep import axis_label
 from causalab_core.errors import OutputError
 from causalab_core.results.added import add_file
 from causalab_core.results.manifest import MANIFEST
+from causalab_core.results.circuit import reading_nodes
 from causalab_core.results.table import LoadedRun, load, position_axes
 
 from causalab_report.done import command, done_html, written
@@ -141,8 +142,42 @@ def run_payload(run: LoadedRun, data_file: Path | None = None) -> tuple[dict[str
         "rows": rows_count, "data": rows, "data_note": rows_note, "inputs": list(document.get("inputs") or []),
         "prompts": prompts, "prompts_note": prompts_note, "predicted": predicted_tokens,
         "featurizers": [{k: v for k, v in f.items()} for f in run.records["featurizers"]],
+        "circuit": circuit_payload(run, labels, coords),
     }
     return payload, notes
+
+
+def circuit_payload(run: LoadedRun, labels: dict[str, list[str]], coords: list[list[int]]) -> dict[str, Any] | None:
+    """A circuit search's circuit as the page draws it: its nodes by row (the embeddings at the bottom, each
+    layer's heads then its MLP, the logits on top), its edges with their scores and the sweep point that scored
+    each (a click shows that point's rows), its faithfulness and curve; None without one."""
+    found = run.circuit
+    if found is None or "edge" not in labels:
+        return None
+    curve = json.loads(run.files["faithfulness.json"])
+    layers = max((int(n[1:].partition(".")[0]) for n in found["nodes"] if n[0] in "am" and n != "input"),
+                 default=0) + 1
+    point_of = {labels["edge"][c[0]]: p for p, c in enumerate(coords)}
+
+    def row(node: str) -> int:
+        if node == "input":
+            return 0
+        if node == "logits":
+            return 2 * layers + 1
+        layer = int(node[1:].partition(".")[0])
+        return 2 * layer + (1 if node.startswith("a") else 2)
+
+    readers = reading_nodes([tuple(v[0]) for v in run.document["sweep"]["edge"]])
+    edges = []
+    for sender, receiver in found["edges"]:
+        label = f"{sender}->{receiver}"
+        edges.append({"s": sender, "r": receiver, "to": sorted(readers[receiver]),  # a key/value group: its heads
+                      "score": found["scores"].get(label), "p": point_of.get(label)})
+    nodes = sorted({n for e in edges for n in (e["s"], *e["to"])}, key=lambda n: (row(n), n))
+    return {"metric": found["metric"], "size": found["size"], "select": found["select"],
+            "scored_by": found["scored_by"], "ablation": found["ablation"], "faithfulness": found["faithfulness"],
+            "cpr": curve.get("cpr"), "curve": curve.get("curve"), "rows": 2 * layers + 2,
+            "nodes": [{"name": n, "row": row(n)} for n in nodes], "edges": edges}
 
 
 def _finite(value: Any) -> bool:

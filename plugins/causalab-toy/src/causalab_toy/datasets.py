@@ -1,5 +1,6 @@
-"""The JSONL files documents read (``documents/data``), deterministic: ``chat/test.jsonl``, ``entity/test.jsonl``,
-``induction/test.jsonl``, ``ioi/test.jsonl`` (the circuit studies' rows).
+"""The JSONL files documents read (``documents/data``), deterministic: chat, entity, induction and IOI rows.
+
+``chat/test.jsonl``, ``entity/test.jsonl``; ``induction/test.jsonl`` and ``ioi/test.jsonl``: the circuit studies' rows.
 
 Everything else takes its rows from the tasks' causal models (``causalab_toy.causal``), which generate
 distinct rows of either split on demand; there are no other files to keep in step.

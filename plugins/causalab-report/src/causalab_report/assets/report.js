@@ -240,7 +240,8 @@
 
   function promptsOf(p, row) {
     const recs = D.at_point[p].map((i) => D.records[i]);
-    const inputs = D.inputs.filter((i) => recs.some((r) => r.input === i)); // in the document's order
+    // in the document's order; a point with no positions record (an edge patch reads every position): every input
+    const inputs = recs.length ? D.inputs.filter((i) => recs.some((r) => r.input === i)) : D.inputs.slice();
     recs.forEach((r) => { if (!inputs.includes(r.input)) inputs.push(r.input); });
     return inputs.map((input) => {
       const marks = new Map();
@@ -411,6 +412,7 @@
       app.appendChild(sec);
     });
     if (D.featurizers.length) app.appendChild(featurizers());
+    if (D.circuit) app.insertBefore(circuit(), app.querySelector("section.metric"));
     drawCharts();
     app.addEventListener("mouseover", (e) => {
       const t = e.target.closest("[data-p]");
@@ -459,6 +461,32 @@
                    : "<p>No point's metric file differs.</p>") + only +
       '<p class="tolerance">Row values that differ by at most ' + C.tolerance + " count as equal" +
       (C.hidden ? ": " + C.hidden + " point" + (C.hidden === 1 ? "'s" : "s'") + " metric files differ by no more and are not listed." : ".") + "</p>";
+    return sec;
+  }
+
+  function circuit() { // nodes by row (embeddings at the bottom, logits on top), edges by score; a click shows its rows
+    const K = D.circuit, sec = el("section", "circuit");
+    const W = 720, rowH = 56, H = K.rows * rowH + 20, byRow = {};
+    K.nodes.forEach((n) => { (byRow[n.row] = byRow[n.row] || []).push(n.name); });
+    const at = {};
+    Object.keys(byRow).forEach((r) => byRow[r].forEach((name, i) => {
+      at[name] = [(i + 1) * W / (byRow[r].length + 1), H - 20 - r * rowH];
+    }));
+    const top = Math.max(1e-9, ...K.edges.map((e) => Math.abs(e.score || 0)));
+    const lines = K.edges.map((e) => e.to.filter((to) => at[to] && at[e.s]).map((to) => {
+      const [x1, y1] = at[e.s], [x2, y2] = at[to], w = 1 + 5 * Math.abs(e.score || 0) / top;
+      return '<line class="edge" x1="' + x1 + '" y1="' + y1 + '" x2="' + x2 + '" y2="' + y2 + '" stroke="' + ((e.score || 0) < 0 ? "#2166ac" : "#b2182b") +
+        '" stroke-width="' + w.toFixed(1) + '"' + (e.p === null || e.p === undefined ? "" : ' data-p="' + e.p + '" data-metric="' + esc(K.metric) + '"') +
+        ' data-edge="' + esc(e.s + "->" + e.r) + '"><title>' + esc(e.s + " → " + e.r + ": " + fmt(e.score)) + "</title></line>";
+    }).join("")).join("");
+    const circles = Object.entries(at).map(([name, [x, y]]) => '<g class="node" data-node="' + esc(name) + '"><circle cx="' + x + '" cy="' + y +
+      '" r="13"></circle><text x="' + x + '" y="' + (y + 4) + '" text-anchor="middle">' + esc(name) + "</text></g>").join("");
+    const f = K.faithfulness || {};
+    sec.innerHTML = "<h2>Circuit</h2><div class=\"summary-line\">" + K.size + " edges, chosen by " + esc(JSON.stringify(K.select)) +
+      " from scores by " + esc(K.scored_by) + " (" + esc(K.metric) + ", patched by " + esc(K.ablation) + "); faithfulness " + fmt(f.share) +
+      (finite(f.share_low) ? " (" + fmt(f.share_low) + " to " + fmt(f.share_high) + ")" : "") + ", CPR " + fmt(K.cpr) +
+      ". Width: the edge's score; red raises the metric when patched, blue lowers it. Click an edge for its rows.</div>" +
+      '<svg class="circuit" width="' + W + '" height="' + H + '">' + lines + circles + "</svg>";
     return sec;
   }
 
