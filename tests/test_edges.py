@@ -175,3 +175,47 @@ def test_a_sweep_over_edge_sets_patches_each_alone():
     for i, edge in enumerate(edges):
         alone = api.run(document("llama", {"source": "counterfactual", "edges": [edge]})).rows["value"].tolist()
         assert swept[swept["point"] == swept["point"].unique()[i]]["value"].tolist() == alone
+
+
+CIRCUIT_BAD = [
+    ({"top": 500}, r"\$\.circuit\.select\.top: 500 edges is more than the graph's 110"),
+    ({"connected": 111}, r"\$\.circuit\.select\.connected: 111 edges is more than the graph's 110"),
+    ({"edges": [["a0.h0", "a0.h1<q>"]]}, r"\$\.circuit\.select\.edges\[0\]: \['a0\.h0', 'a0\.h1<q>'\] is no edge"),
+    ({"edges": [["input", "a0.h0<q>"], ["a1.h2", "logits"]]}, r"\$\.circuit\.select\.edges: no path of these edges leads"),
+]
+
+
+@pytest.mark.parametrize("select, message", CIRCUIT_BAD)
+def test_a_circuit_the_graph_cannot_hold_is_one_line_before_any_weights(select, message, monkeypatch):
+    import transformers
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
+                        lambda *a, **k: pytest.fail("weights were loaded"))
+    doc = {"version": "2", "model": {"key": "causalab-toy/induction"},
+           "data": {"rows": [{"base": "t1 t2 t1", "counterfactual": "t3 t4 t3", "base_answer": " t2",
+                              "cf_answer": " t4"}]},
+           "edges": {"e": {"input": "base", "source": "counterfactual", "edges": "each"}},
+           "metrics": {"ld": {"kind": "logit_diff", "target": "base_answer", "other": "cf_answer"}},
+           "circuit": {"patch": "e", "select": select}}
+    with pytest.raises(PlanError, match=message):
+        api.plan(doc)
+    doc["circuit"] = {"patch": "e", "select": {"top": 3}, "curve": [1, 200]}
+    with pytest.raises(PlanError, match=r"\$\.circuit\.curve\[1\]: 200 edges is more than the graph's 110"):
+        api.plan(doc)
+
+
+def test_a_circuit_of_ones_own_is_measured(tmp_path):
+    """The known induction circuit given by hand: its faithfulness beside the scores, and the same whichever
+    engine runs it."""
+    from causalab_toy import circuits
+
+    doc = {"version": "2", "model": {"key": "causalab-toy/induction"}, "data": {"rows": circuits.rows("induction", 6, "test")},
+           "edges": {"e": {"input": "base", "source": "counterfactual", "edges": "each"}},
+           "metrics": {"ld": {"kind": "logit_diff", "target": "base_answer", "other": "cf_answer"}},
+           "estimate": {"method": "attribution"},
+           "circuit": {"patch": "e", "select": {"edges": [["input", "a0.h3<v>"], ["a0.h3", "a1.h2<k>"],
+                                                          ["input", "a1.h2<v>"], ["a1.h2", "logits"]]},
+                       "curve": [4]}}
+    found = {engine: api.run(doc, engine=engine).circuit for engine in ("hooks", "nnterp")}
+    assert found["hooks"] == found["nnterp"] and found["hooks"]["size"] == 4
+    assert 0 < found["hooks"]["faithfulness"]["share"] < 1

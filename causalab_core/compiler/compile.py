@@ -405,10 +405,34 @@ def each_edge(loaded: LoadedDocument, shell) -> LoadedDocument:
     if not each:
         return loaded
     g = EdgePatching(shell, None, doc.model.key).graph
+    if doc.circuit is not None:
+        check_circuit_sizes(doc.circuit, g)
     data = doc.model_dump(mode="json")
     data["edges"][each[0]]["edges"] = {"sweep": "edge"}
     data["sweep"] = {**data.get("sweep", {}), "edge": [[list(e)] for e in g.edges]}
     return dataclasses.replace(loaded, document=type(doc).model_validate(data))
+
+
+def check_circuit_sizes(spec, g) -> None:
+    """A circuit's sizes within the graph's edges; a circuit of one's own made of its edges, and reaching the
+    logits from the input."""
+    from causalab_core.results.circuit import reaches
+
+    total = len(g.edges)
+    for key in ("top", "connected"):
+        k = getattr(spec.select, key)
+        if k is not None and k > total:
+            raise PlanError(f"$.circuit.select.{key}: {k} edges is more than the graph's {total}")
+    for i, size in enumerate(spec.curve or ()):
+        if size > total:
+            raise PlanError(f"$.circuit.curve[{i}]: {size} edges is more than the graph's {total}")
+    if spec.select.edges is not None:
+        known = set(g.edges)
+        for i, edge in enumerate(spec.select.edges):
+            if tuple(edge) not in known:
+                raise PlanError(f"$.circuit.select.edges[{i}]: {echo(list(edge))} is no edge of the graph ({g!r})")
+        if not reaches([tuple(e) for e in spec.select.edges], list(g.edges)):
+            raise PlanError("$.circuit.select.edges: no path of these edges leads from the input to the logits")
 
 
 def compile_document(loaded: LoadedDocument, registry: Registry) -> Plan:

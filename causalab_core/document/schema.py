@@ -178,7 +178,7 @@ class EdgePatchSpec(OptionalKeys):
 class SelectSpec(OptionalKeys):
     """How a circuit is chosen from the edge scores: one of ``top``, ``connected``, ``acdc``."""
 
-    OPTIONAL = ("top", "connected", "acdc")
+    OPTIONAL = ("top", "connected", "acdc", "edges")
 
     top: int | None = Field(None, ge=1, description="The k edges whose patch moves the metric most.")
     connected: int | None = Field(None, ge=1, description="k edges chosen greedily from the logits back, each "
@@ -186,11 +186,13 @@ class SelectSpec(OptionalKeys):
                                   "what the input reaches (as EAP-IG does).")
     acdc: float | None = Field(None, gt=0, description="ACDC's threshold (Conmy et al. 2023): from the logits back, "
                                "each edge is patched for real and stays out while the metric moves less than this.")
+    edges: list[tuple[str, str]] | None = Field(None, min_length=1, description="A circuit of your own, "
+                                                "[[sender, receiver], ...]: its faithfulness, beside the scores.")
 
     @model_validator(mode="after")
     def _one(self):
-        if sum(v is not None for v in (self.top, self.connected, self.acdc)) != 1:
-            raise ValueError("give one of `top`, `connected`, `acdc`")
+        if sum(v is not None for v in (self.top, self.connected, self.acdc, self.edges)) != 1:
+            raise ValueError("give one of `top`, `connected`, `acdc`, `edges`")
         return self
 
 

@@ -40,22 +40,19 @@ def find_circuit(plan, metrics: list[MetricResult], files: dict[str, bytes], rec
             mean = m.content["summary"].get("mean")
             start = (m.content.get("estimate") or {}).get("clean_mean", unpatched)
             scores[tuple(dict(m.point.values)["edge"][0])] = mean - start if _finite(mean) and _finite(start) else 0.0
-    select = spec["select"]
-    if "top" in select:
-        order, size, method = ranked(edges, scores), select["top"], {"top": select["top"]}
-        chosen = order[:size]
-    elif "connected" in select:
-        order = greedy(edges, scores, len(edges))
-        size, method = select["connected"], {"connected": select["connected"]}
-        chosen = pruned(order[:size], reading_nodes(edges))
-    else:
-        chosen, order = runner.acdc(select["acdc"], clean), ranked(edges, scores)
-        size, method = len(chosen), {"acdc": select["acdc"]}
+    select, readers = spec["select"], reading_nodes(edges)
+    method = {key: len(value) if key == "edges" else value for key, value in select.items()}
+    # The curve's circuits are the order's prefixes: the greedy order's for `connected`, the scores' otherwise.
+    order = greedy(edges, scores, len(edges)) if "connected" in select else ranked(edges, scores)
+    if "connected" in select:
+        chosen = pruned(order[:select["connected"]], readers)
+    elif "top" in select:
+        chosen = order[:select["top"]]
+    elif "acdc" in select:
+        chosen = runner.acdc(select["acdc"], clean)
+    else:  # one's own
+        chosen = [tuple(e) for e in select["edges"]]
     counts = sorted(set(spec.get("curve") or default_curve(len(edges))) | {len(edges)} | {0})
-    if any(c > len(edges) for c in counts):
-        from causalab_core.errors import PlanError
-
-        raise PlanError(f"$.circuit.curve: {max(counts)} edges is more than the graph's {len(edges)}")
     sets = [order[:c] for c in counts] + [chosen]
     rows = runner.values(sets)
     curve = [faithfulness(rows[i], rows[counts.index(0)], rows[counts.index(len(edges))]) | {"edges": c}
@@ -68,7 +65,7 @@ def find_circuit(plan, metrics: list[MetricResult], files: dict[str, bytes], rec
     ablation = ((doc["edges"][spec["patch"]].get("intervention") or {}).get("kind", "swap"))
     files["circuit.json"] = dump(_number({
         "metric": by, "select": method, "scored_by": scored_by, "ablation": ablation, "size": len(chosen),
-        "edges": [list(e) for e in chosen], "nodes": nodes_of(chosen, reading_nodes(edges)), "faithfulness": mine,
+        "edges": [list(e) for e in chosen], "nodes": nodes_of(chosen, readers), "faithfulness": mine,
         "scores": {f"{s}->{r}": scores.get((s, r), 0.0) for s, r in edges},
     }))
     files["faithfulness.json"] = dump(_number({
@@ -198,6 +195,19 @@ def pruned(chosen: list, readers: dict) -> list:
                 reached |= readers[r]
                 changed = True
     return [e for e in chosen if e[0] in reached]
+
+
+def reaches(chosen: list, edges: list) -> bool:
+    """Whether the chosen edges hold a path from the input to the logits (``edges``: the whole graph's)."""
+    readers = reading_nodes(edges)
+    reached, changed = {"input"}, True
+    while changed:
+        changed = False
+        for s, r in chosen:
+            if s in reached and not readers[r] <= reached:
+                reached |= readers[r]
+                changed = True
+    return "logits" in reached
 
 
 def nodes_of(chosen: list, readers: dict) -> list[str]:

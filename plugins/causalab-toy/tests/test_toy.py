@@ -24,11 +24,17 @@ def load(name: str):
     return AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
 
 
+LARGER = {"ioi": 13_000_000}
+"""The IOI model is as wide as the circuits issue asks (width 256, 4 layers: attribution is measured on a model
+wider than 64): 3.2 million float32 weights."""
+
+
 def test_the_package_ships_the_promised_models():
-    assert {"weekdays", "entity", *(f"{t}-s{s}" for t in ("weekdays", "entity") for s in (0, 1, 2))} <= set(models.names())
+    assert {"weekdays", "entity", "induction", "ioi",
+            *(f"{t}-s{s}" for t in ("weekdays", "entity") for s in (0, 1, 2))} <= set(models.names())
     for name in models.names():
         size = sum(p.stat().st_size for p in (models.CHECKPOINTS / name).iterdir())
-        assert size < 4_000_000, f"{name} is {size} bytes: keep shipped checkpoints small"
+        assert size < LARGER.get(name, 4_000_000), f"{name} is {size} bytes: keep shipped checkpoints small"
         assert (models.CHECKPOINTS / name / "chat_template.jinja").is_file()
 
 
