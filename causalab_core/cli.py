@@ -145,11 +145,9 @@ def validate(document: DocumentArg, data_root: DataRoot = None, verbose: Verbose
     with reported(verbose):
         from causalab_core import api
 
-        loaded = api.validate(document, data_root=data_root)
-        points = 1
-        for values in loaded.document.sweep.values():
-            points *= len(values)
-        print(f"{document}: valid ({len(loaded.rows)} rows, {points} point{'s' if points != 1 else ''})")
+        built = api.plan(document, data_root=data_root)  # the points as compiled: `edges: "each"` sweeps the graph
+        points = len(built.points)
+        print(f"{document}: valid ({built.rows} rows, {points:,} point{'s' if points != 1 else ''})")
 
 
 @app.command()
