@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from causalab_core.compiler.shell import resolve_source
 from causalab_core.errors import PlanError, echo, shorten
 from causalab_core.ir import EdgePatch, Read, Receiver, Sender
@@ -143,3 +145,40 @@ class EdgePatching:
             raise PlanError(f"$.model.key: {echo(self.key)} has no module {path!r}, which edge patching "
                             "edits") from None
         return path
+
+
+def each_edge(loaded, shell):
+    """The document with an edge patch's ``"each"`` made a sweep axis ``edge``: one point per graph edge."""
+    doc = loaded.document
+    each = [name for name, spec in doc.edges.items() if spec.edges == "each"]
+    if not each:
+        return loaded
+    g = EdgePatching(shell, None, doc.model.key).graph
+    if doc.circuit is not None:
+        check_circuit_sizes(doc.circuit, g)
+    data = doc.model_dump(mode="json")
+    data["edges"][each[0]]["edges"] = {"sweep": "edge"}
+    data["sweep"] = {**data.get("sweep", {}), "edge": [[list(e)] for e in g.edges]}
+    return dataclasses.replace(loaded, document=type(doc).model_validate(data))
+
+
+def check_circuit_sizes(spec, g) -> None:
+    """A circuit's sizes within the graph's edges; a circuit of one's own made of its edges, and reaching the
+    logits from the input."""
+    from causalab_core.results.circuit import reaches
+
+    total = len(g.edges)
+    for key in ("top", "connected"):
+        k = getattr(spec.select, key)
+        if k is not None and k > total:
+            raise PlanError(f"$.circuit.select.{key}: {k} edges is more than the graph's {total}")
+    for i, size in enumerate(spec.curve or ()):
+        if size > total:
+            raise PlanError(f"$.circuit.curve[{i}]: {size} edges is more than the graph's {total}")
+    if spec.select.edges is not None:
+        known = set(g.edges)
+        for i, edge in enumerate(spec.select.edges):
+            if tuple(edge) not in known:
+                raise PlanError(f"$.circuit.select.edges[{i}]: {echo(list(edge))} is no edge of the graph ({g!r})")
+        if not reaches([tuple(e) for e in spec.select.edges], list(g.edges)):
+            raise PlanError("$.circuit.select.edges: no path of these edges leads from the input to the logits")
