@@ -1,4 +1,4 @@
-"""A model's computation graph (``ir.graph``) from its config, and a document's edge patches compiled against it.
+"""A model's computation graph (``ir.graph``) from its config, and a document's edge patches compiled against it."""
 
 from __future__ import annotations
 
