@@ -20,7 +20,9 @@ from causalab_core import api
 from causalab_core.errors import CausalabError
 
 ROOT = Path(__file__).parent.parent
-SHIPPED = sorted((ROOT / "documents").glob("*/*.json"))
+SHIPPED = sorted(p for p in (ROOT / "documents").glob("*/*.json") if not p.name.startswith("ioi_circuit"))
+"""The IOI circuit studies are left out: planning their 1,519 edge points is what every mutation of them would
+cost (4 s), and the induction circuit studies send the same documents' fields through the same code."""
 ROWS_KEPT = 8
 
 odd_strings = st.sampled_from([
