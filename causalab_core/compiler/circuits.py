@@ -88,13 +88,14 @@ class EdgePatching:
             raise PlanError(f"{where}: an edge is listed twice")
         senders = sorted({s for s, _ in unique}, key=self.order.get)
         receivers = sorted({r for _, r in unique}, key=self.receiver_order)
+        sender_at, receiver_at = {s: i for i, s in enumerate(senders)}, {r: i for i, r in enumerate(receivers)}
         kind = (spec.get("intervention") or {}).get("kind", "swap")
         reads = {} if kind == "zero" else {
             s: Read(f"{name}:{s}", self.sender(s).site, source_windows) for s in senders}
         return EdgePatch(
             name=name, senders=tuple(self.sender(s) for s in senders),
             receivers=tuple(self.receiver(r) for r in receivers),
-            edges=tuple(sorted((senders.index(s), receivers.index(r)) for s, r in unique)),
+            edges=tuple(sorted((sender_at[s], receiver_at[r]) for s, r in unique)),
             ablation=kind, reads=tuple(read.name for read in reads.values()), path=spec.get("path") is not None,
         ), {read.name: read for read in reads.values()}
 

@@ -185,8 +185,8 @@ def greedy(edges: list, scores: dict, k: int) -> list:
     return order
 
 
-def pruned(chosen: list, readers: dict) -> list:
-    """The edges whose sender the input reaches through the chosen edges (EAP-IG prunes the rest)."""
+def reached_from_input(chosen: list, readers: dict) -> set[str]:
+    """The nodes the input reaches through the chosen edges (``readers``: ``reading_nodes`` of the graph)."""
     reached, changed = {"input"}, True
     while changed:
         changed = False
@@ -194,20 +194,18 @@ def pruned(chosen: list, readers: dict) -> list:
             if s in reached and not readers[r] <= reached:
                 reached |= readers[r]
                 changed = True
+    return reached
+
+
+def pruned(chosen: list, readers: dict) -> list:
+    """The edges whose sender the input reaches through the chosen edges (EAP-IG prunes the rest)."""
+    reached = reached_from_input(chosen, readers)
     return [e for e in chosen if e[0] in reached]
 
 
 def reaches(chosen: list, edges: list) -> bool:
     """Whether the chosen edges hold a path from the input to the logits (``edges``: the whole graph's)."""
-    readers = reading_nodes(edges)
-    reached, changed = {"input"}, True
-    while changed:
-        changed = False
-        for s, r in chosen:
-            if s in reached and not readers[r] <= reached:
-                reached |= readers[r]
-                changed = True
-    return "logits" in reached
+    return "logits" in reached_from_input(chosen, reading_nodes(edges))
 
 
 def nodes_of(chosen: list, readers: dict) -> list[str]:
