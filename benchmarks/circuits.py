@@ -8,14 +8,24 @@
 - ``gpt2``: the synthetic GPT-2-small-sized model of ``heatmap.py`` (12 layers x 12 heads, width 768: 32,491
   edges): every edge estimated by EAP, and the ``--top`` edges it ranks first patched for real (``confirm``).
 
+With ``--peers``, each case is also scored by TransformerLens 4.x (``benchmarks/tl_circuits.py`` in the venv
+``benchmarks/setup-transformerlens.sh`` makes): ``attribution_patch(granularity="edge")`` and ``faithfulness()`` of
+its top edges. TransformerLens takes the gradient on the corrupted run and patches toward the clean one (the
+denoising form); causalab's EAP takes it on the run it patches, so the comparison runs causalab's document in
+TransformerLens's convention (``direction: denoising``, clean = the base prompt, corrupted = the other) rather
+than converting numbers: the same estimate, two implementations. TransformerLens's graph is per position; its
+scores are summed over positions into causalab's graph (``tl_circuits.py``). Faithfulness: both keep the top
+edges and replace every other edge's sender by its corrupted-run value, share = mean recovered / mean gap.
+
 Prints a table; ``--json FILE`` writes the figures. Timings are wall time on this machine, run side by side in
-one process; the peers (TransformerLens's ``attribution_patch``, auto-circuit) are the circuits issue's next step.
+one process (the peer in a subprocess, its model load and imports not counted).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -54,8 +64,9 @@ def timed(doc: dict) -> tuple[object, float]:
 
 
 def ioi(rows: int, top: int) -> dict:
-    from causalab_core import api
     from causalab_toy import circuits
+
+    from causalab_core import api
 
     data = circuits.rows("ioi", rows, "test", seed=4)
     eap, eap_s = timed(document("causalab-toy/ioi", data, "base_answer", "subject", estimate={"method": "attribution"}))
@@ -65,7 +76,7 @@ def ioi(rows: int, top: int) -> dict:
     base = float(clean["mean"].iloc[0])
     estimated, patched = effects(eap), {k: v - base for k, v in effects(real).items()}
     names = list(patched)
-    by = lambda d: sorted(names, key=lambda n: -abs(d[n]))[:top]  # noqa: E731
+    by = lambda d: sorted(names, key=lambda n: -abs(d[n]))[:top]
     return {"case": "ioi", "edges": len(names), "rows": rows, "eap_s": round(eap_s, 1), "patch_all_s": round(real_s, 1),
             "spearman": round(spearman([estimated[n] for n in names], [patched[n] for n in names]), 3),
             f"top{top}_overlap": len(set(by(estimated)) & set(by(patched))) / top}
@@ -85,18 +96,83 @@ def gpt2(rows: int, top: int) -> dict:
             f"top{top}_same_sign": confirmed.get("same_sign")}
 
 
+PEER_PYTHON = Path(__file__).parent / ".venv-tl" / "bin" / "python"
+
+
+def peer_case(case: str, rows: int) -> tuple[str, list[dict], str, dict]:
+    """The model folder, rows, corrupted column and metric of a peer comparison."""
+    from causalab_toy import circuits, models
+
+    if case == "gpt2":
+        import heatmap
+
+        return str(heatmap.model_dir()), heatmap.heatmap_rows(rows), "counterfactual", \
+            {"kind": "logit_diff", "target": "cf_answer", "other": "base_answer"}
+    data = circuits.rows(case, rows, "test", seed=4)
+    if case == "induction":
+        return str(models.CHECKPOINTS / "induction"), data, "fresh", {"kind": "logprob", "answer": "base_answer"}
+    return str(models.CHECKPOINTS / "ioi"), data, "counterfactual", \
+        {"kind": "logit_diff", "target": "base_answer", "other": "subject"}
+
+
+def against_transformerlens(case: str, rows: int, top: int) -> dict:
+    """causalab's EAP and its top edges' faithfulness against TransformerLens's, in TransformerLens's convention."""
+    folder, data, corrupted, metric = peer_case(case, rows)
+    doc = {"version": "2", "model": {"key": folder}, "data": {"rows": data}, "inputs": ["base", corrupted],
+           "direction": {"patch": "denoising", "clean": "base", "corrupted": corrupted},
+           "edges": {"each": {"input": "recipient", "source": "donor", "edges": "each"}},
+           "metrics": {"m": metric}, "estimate": {"method": "attribution"},
+           "circuit": {"patch": "each", "select": {"top": top}}}
+    timed({**doc, "data": {"rows": data[:1]}})  # untimed: the model's load and first passes
+    scored, seconds = timed({k: v for k, v in doc.items() if k != "circuit"})
+    run, with_circuit = timed(doc)
+    ours = effects(scored)
+    answer = metric.get("target", metric.get("answer"))
+    spec = {"model_dir": folder, "metric": metric["kind"], "top": top, "rows": [
+        {"clean": r["base"], "corrupt": r[corrupted], "target": r[answer], "other": r.get(metric.get("other"), "")}
+        for r in data]}
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+        json.dump(spec, f)
+        f.flush()
+        done = subprocess.run([str(PEER_PYTHON), str(Path(__file__).parent / "tl_circuits.py"), f.name],
+                              capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise SystemExit(f"TransformerLens ({case}) failed:\n{done.stderr[-2000:]}")
+    peer = json.loads(done.stdout.strip().splitlines()[-1])
+    names = list(ours)
+    assert set(names) == set(peer["scores"]), "the two graphs name different edges"
+    theirs = peer["scores"]
+    by = lambda d: set(sorted(names, key=lambda n: -abs(d[n]))[:top])
+    scale = max(abs(v) for v in theirs.values())
+    return {"case": f"{case} vs TransformerLens", "edges": len(names), "rows": rows,
+            "spearman": round(spearman([ours[n] for n in names], [theirs[n] for n in names]), 4),
+            "max_diff_over_max_score": float(f"{max(abs(ours[n] - theirs[n]) for n in names) / scale:.1e}"),
+            f"top{top}_overlap": len(by(ours) & by(theirs)) / top,
+            "causalab_share": round(run.circuit["faithfulness"]["share"], 3), "tl_share": round(peer["share"], 3),
+            "causalab_scores_s": round(seconds, 1), "causalab_with_circuit_s": round(with_circuit, 1),
+            "tl_scores_s": round(peer["scores_s"], 1),
+            "tl_faithfulness_s": round(peer["faithfulness_s"], 1), "tl": peer["versions"]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cases", nargs="+", default=["ioi", "gpt2"], choices=["ioi", "gpt2"])
+    parser.add_argument("--cases", nargs="+", default=["ioi", "gpt2"], choices=["ioi", "induction", "gpt2"])
     parser.add_argument("--rows", type=int, default=20)
     parser.add_argument("--top", type=int, default=32)
+    parser.add_argument("--peers", action="store_true", help="also TransformerLens (benchmarks/.venv-tl)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    if args.peers and not PEER_PYTHON.exists():
+        raise SystemExit("--peers needs benchmarks/.venv-tl: run bash benchmarks/setup-transformerlens.sh")
     found = []
     with tempfile.TemporaryDirectory():
         for case in args.cases:
-            found.append({"ioi": ioi, "gpt2": gpt2}[case](args.rows, args.top))
-            print(json.dumps(found[-1]), flush=True)
+            if case != "induction":
+                found.append({"ioi": ioi, "gpt2": gpt2}[case](args.rows, args.top))
+                print(json.dumps(found[-1]), flush=True)
+            if args.peers:
+                found.append(against_transformerlens(case, args.rows, args.top))
+                print(json.dumps(found[-1]), flush=True)
     if args.json:
         args.json.write_text(json.dumps(found, indent=1) + "\n")
 
