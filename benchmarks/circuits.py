@@ -96,7 +96,13 @@ def gpt2(rows: int, top: int) -> dict:
             f"top{top}_same_sign": confirmed.get("same_sign")}
 
 
-PEER_PYTHON = Path(__file__).parent / ".venv-tl" / "bin" / "python"
+HERE = Path(__file__).parent
+PEERS = {  # name -> (its python, its script, causalab's direction in the peer's gradient convention)
+    "TransformerLens": (HERE / ".venv-tl" / "bin" / "python", HERE / "tl_circuits.py", "denoising",
+                        "bash benchmarks/setup-transformerlens.sh"),
+    "auto-circuit": (HERE / ".venv-ac" / "bin" / "python", HERE / "ac_circuits.py", "noising",
+                     "bash benchmarks/setup-autocircuit.sh"),
+}
 
 
 def peer_case(case: str, rows: int) -> tuple[str, list[dict], str, dict]:
@@ -115,11 +121,14 @@ def peer_case(case: str, rows: int) -> tuple[str, list[dict], str, dict]:
         {"kind": "logit_diff", "target": "base_answer", "other": "subject"}
 
 
-def against_transformerlens(case: str, rows: int, top: int) -> dict:
-    """causalab's EAP and its top edges' faithfulness against TransformerLens's, in TransformerLens's convention."""
+def against(peer: str, case: str, rows: int, top: int) -> dict:
+    """causalab's EAP and its top edges' faithfulness against a peer's, causalab run in the peer's convention:
+    TransformerLens takes the gradient on the corrupted run (denoising), auto-circuit on the clean one
+    (noising)."""
+    python, script, direction, _ = PEERS[peer]
     folder, data, corrupted, metric = peer_case(case, rows)
     doc = {"version": "2", "model": {"key": folder}, "data": {"rows": data}, "inputs": ["base", corrupted],
-           "direction": {"patch": "denoising", "clean": "base", "corrupted": corrupted},
+           "direction": {"patch": direction, "clean": "base", "corrupted": corrupted},
            "edges": {"each": {"input": "recipient", "source": "donor", "edges": "each"}},
            "metrics": {"m": metric}, "estimate": {"method": "attribution"},
            "circuit": {"patch": "each", "select": {"top": top}}}
@@ -134,24 +143,22 @@ def against_transformerlens(case: str, rows: int, top: int) -> dict:
     with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
         json.dump(spec, f)
         f.flush()
-        done = subprocess.run([str(PEER_PYTHON), str(Path(__file__).parent / "tl_circuits.py"), f.name],
-                              capture_output=True, text=True, check=False)
+        done = subprocess.run([str(python), str(script), f.name], capture_output=True, text=True, check=False)
     if done.returncode:
-        raise SystemExit(f"TransformerLens ({case}) failed:\n{done.stderr[-2000:]}")
-    peer = json.loads(done.stdout.strip().splitlines()[-1])
-    names = list(ours)
-    assert set(names) == set(peer["scores"]), "the two graphs name different edges"
-    theirs = peer["scores"]
-    by = lambda d: set(sorted(names, key=lambda n: -abs(d[n]))[:top])
+        raise SystemExit(f"{peer} ({case}) failed:\n{done.stderr[-2000:]}")
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    names, theirs = list(ours), found["scores"]
+    assert set(names) == set(theirs), f"{peer}'s graph names other edges than causalab's"
+    by = lambda d: set(sorted(names, key=lambda n: -abs(d[n]))[:top])  # noqa: E731
     scale = max(abs(v) for v in theirs.values())
-    return {"case": f"{case} vs TransformerLens", "edges": len(names), "rows": rows,
+    return {"case": f"{case} vs {peer}", "direction": direction, "edges": len(names), "rows": rows,
             "spearman": round(spearman([ours[n] for n in names], [theirs[n] for n in names]), 4),
             "max_diff_over_max_score": float(f"{max(abs(ours[n] - theirs[n]) for n in names) / scale:.1e}"),
             f"top{top}_overlap": len(by(ours) & by(theirs)) / top,
-            "causalab_share": round(run.circuit["faithfulness"]["share"], 3), "tl_share": round(peer["share"], 3),
-            "causalab_scores_s": round(seconds, 1), "causalab_with_circuit_s": round(with_circuit, 1),
-            "tl_scores_s": round(peer["scores_s"], 1),
-            "tl_faithfulness_s": round(peer["faithfulness_s"], 1), "tl": peer["versions"]}
+            "causalab_share": round(run.circuit["faithfulness"]["share"], 3), "peer_share": round(found["share"], 3),
+            "causalab_scores_s": round(seconds, 1), "causalab_with_curve_s": round(with_circuit, 1),
+            "peer_scores_s": round(found["scores_s"], 1), "peer_faithfulness_s": round(found["faithfulness_s"], 1),
+            "peer": found["versions"]}
 
 
 def main() -> None:
@@ -159,19 +166,21 @@ def main() -> None:
     parser.add_argument("--cases", nargs="+", default=["ioi", "gpt2"], choices=["ioi", "induction", "gpt2"])
     parser.add_argument("--rows", type=int, default=20)
     parser.add_argument("--top", type=int, default=32)
-    parser.add_argument("--peers", action="store_true", help="also TransformerLens (benchmarks/.venv-tl)")
+    parser.add_argument("--peers", nargs="*", choices=list(PEERS), help="also these peers (each in its own venv)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    if args.peers and not PEER_PYTHON.exists():
-        raise SystemExit("--peers needs benchmarks/.venv-tl: run bash benchmarks/setup-transformerlens.sh")
+    peers = list(PEERS) if args.peers == [] else args.peers or []
+    for peer in peers:
+        if not PEERS[peer][0].exists():
+            raise SystemExit(f"--peers {peer} needs its venv: run {PEERS[peer][3]}")
     found = []
     with tempfile.TemporaryDirectory():
         for case in args.cases:
             if case != "induction":
                 found.append({"ioi": ioi, "gpt2": gpt2}[case](args.rows, args.top))
                 print(json.dumps(found[-1]), flush=True)
-            if args.peers:
-                found.append(against_transformerlens(case, args.rows, args.top))
+            for peer in peers:
+                found.append(against(peer, case, args.rows, args.top))
                 print(json.dumps(found[-1]), flush=True)
     if args.json:
         args.json.write_text(json.dumps(found, indent=1) + "\n")
