@@ -27,6 +27,9 @@ def check_estimable(doc: Any, registry: Any, metric_params: dict[str, Any]) -> N
         if wide:
             raise PlanError(f"$.metrics.{name}: metric kind {metric.kind!r} reads the view {wide[0]!r}, which "
                             f"$.estimate does not estimate (metrics that work: {works})")
+    if doc.estimate.steps > 1 and doc.edges:
+        raise PlanError("$.estimate.steps: integrated gradients over edges are not built yet; edges are estimated "
+                        "at the clean run only (steps 1)")
     changes = {**{f"$.writes.{n}": w for n, w in doc.writes.items()}, **{f"$.edges.{n}": e for n, e in doc.edges.items()}}
     if not changes:
         raise PlanError("$.estimate: the document writes nothing, so there is nothing to estimate")
@@ -75,4 +78,4 @@ def estimated(points: tuple[Point, ...], doc: Any, registry: Any, metric_params:
             by_input[step.input] = combinations(step, doc, registry, metric_params)
         return by_input[step.input]
 
-    return tuple(point.estimated(doc.estimate.method, shared) for point in points)
+    return tuple(point.estimated(doc.estimate.method, shared, doc.estimate.steps) for point in points)

@@ -260,6 +260,10 @@ class EstimateSpec(Frozen):
     one backward per answer column of each input, for every point at once."""
 
     method: Literal["attribution"] = Field(description="How the writes are estimated.")
+    steps: int = Field(1, ge=1, le=256, description="Integrated gradients (Sundararajan et al. 2017): the "
+                       "gradient averaged over this many points on the straight path from the clean value at each "
+                       "written site to the written one (left Riemann sum: 1 is the plain estimate at the clean "
+                       "run). Costs steps - 1 more forward-backward passes per written site.")
     confirm: ConfirmSpec | None = Field(None, description="Then patch the top points for real and report how well "
                                         "the estimate agrees with patching on them.")
 

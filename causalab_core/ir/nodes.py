@@ -225,6 +225,10 @@ class Run:
     (``runtime.attribution``). The results are estimated scores, in the same keys as a run's."""
     edges: EdgePatch | None = None
     """Edges of the computation graph this run patches (a run that does cannot also write sites)."""
+    estimate_steps: int | None = None
+    """An estimate by integrated gradients: the gradient at each written site averaged over this many points
+    on the path from its clean value to the written one (``runtime.attribution.path_groups``); None: one, the
+    clean run's."""
     combinations: tuple[tuple[float, ...], ...] | None = None
     """An estimated run whose metrics read its scores only through these linear combinations (``Metric.linear``;
     coefficients of the answer columns, then the log-sum-exp): one backward each, instead of one per column
@@ -308,14 +312,17 @@ class Point:
     document: dict[str, Any]
     """This point's document: sweep references replaced by their values."""
 
-    def estimated(self, method: str, combinations: Callable[[Run], tuple | None]) -> Point:
-        """This point with each estimable run marked ``method``, and its ``combinations(run)``."""
-        return replace(self, steps=tuple(replace(s, estimate=method, combinations=combinations(s))
+    def estimated(self, method: str, combinations: Callable[[Run], tuple | None], steps: int = 1) -> Point:
+        """This point with each estimable run marked ``method`` (over ``steps`` path points), and its
+        ``combinations(run)``."""
+        return replace(self, steps=tuple(replace(s, estimate=method, combinations=combinations(s),
+                                                 estimate_steps=steps if steps > 1 else None)
                                          if s.kind == "run" and s.estimable else s for s in self.steps))
 
     def patched(self) -> Point:
         """This point with its estimated runs run for real (``estimate.confirm``)."""
-        return replace(self, steps=tuple(replace(s, estimate=None, combinations=None) if s.kind == "run" else s
+        return replace(self, steps=tuple(replace(s, estimate=None, combinations=None, estimate_steps=None)
+                                         if s.kind == "run" else s
                                          for s in self.steps))
 
 
@@ -374,7 +381,7 @@ class Plan:
         return asdict(self, dict_factory=_plain_dict)
 
 
-OPTIONAL = ("intervention", "init_seed", "estimate", "combinations", "edges")
+OPTIONAL = ("intervention", "init_seed", "estimate", "combinations", "edges", "estimate_steps")
 """Fields left out of a node's dict when absent: a plan that does not use them is the dict it was before they
 existed (``resume.plan_digest`` and ``causalab plan --json`` read it)."""
 

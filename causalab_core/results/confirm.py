@@ -12,7 +12,9 @@ from causalab_core.results.score import MetricResult, _number, dump
 def run_estimate(plan: Plan) -> dict[str, Any] | None:
     """run.json's ``estimate``: the method, and (filled by ``confirm``) what confirmation found; None without."""
     spec = plan.document.get("estimate")
-    return None if spec is None else {"method": spec["method"]}
+    if spec is None:
+        return None
+    return {"method": spec["method"], **({"steps": spec["steps"]} if spec.get("steps", 1) > 1 else {})}
 
 
 def effect(content: dict[str, Any]) -> float | None:

@@ -163,7 +163,7 @@ def score(plan: Plan, outputs: dict[str, dict[str, Any]], registry: Registry) ->
                 "point": dict(point.values),
                 "summary": _number(summary),
                 **({"interval": METHOD} if "mean_low" in summary else {}),
-                **({"estimate": metric_estimate(estimated, cls(), params, inputs, outputs[metric.step])}
+                **({"estimate": metric_estimate(steps[metric.step], cls(), params, inputs, outputs[metric.step])}
                    if estimated else {}),
                 "values": _number(values.rows),
                 "eligible": eligible,
@@ -187,11 +187,13 @@ def predicted(scored: Any, runs: dict[str, Any], outputs: dict[str, dict[str, An
     return {"predicted": shown} if shown else {}
 
 
-def metric_estimate(method: str, metric: Any, params: Any, inputs: MetricInputs, got: dict[str, Any]) -> dict:
-    """What a metric file of an estimated run says besides its values: the method, and the metric's mean on the
-    clean run the estimate starts from (the point's estimated effect is the mean's distance from it)."""
+def metric_estimate(step: Any, metric: Any, params: Any, inputs: MetricInputs, got: dict[str, Any]) -> dict:
+    """What a metric file of an estimated run says besides its values: the method (and its integrated-gradient
+    steps), and the metric's mean on the clean run the estimate starts from (the point's estimated effect is the
+    mean's distance from it)."""
     clean = replace(inputs, logits=got["clean_answer_logits"].float(), logsumexp=got["clean_logsumexp"].float())
-    return {"method": method, "clean_mean": _number(metric.compute(params, clean).summary.get("mean"))}
+    return {"method": step.estimate, **({"steps": step.estimate_steps} if step.estimate_steps else {}),
+            "clean_mean": _number(metric.compute(params, clean).summary.get("mean"))}
 
 
 # One encoder for every value: json.dumps with options builds a new one per call.

@@ -305,13 +305,15 @@ def _tables(files: dict[str, bytes], folder: Path) -> LoadedRun:
 
 
 def estimate_columns(content: dict[str, Any]) -> dict[str, Any]:
-    """A summary's columns for an estimated point (``estimate``): the method, the clean run's mean it starts
-    from, and where the point was confirmed, the patched mean; nothing for a patched run."""
+    """A summary's columns for an estimated point (``estimate``): the method and its integrated-gradient steps
+    (1: the plain estimate), the clean run's mean it starts from, and where the point was confirmed, the patched
+    mean; nothing for a patched run."""
     estimate = content.get("estimate")
     if not isinstance(estimate, dict):
         return {}
     patched = (content.get("patched") or {}).get("summary") or {}
-    return {"estimate": estimate.get("method"), "clean_mean": estimate.get("clean_mean"),
+    return {"estimate": estimate.get("method"), "estimate_steps": estimate.get("steps", 1),
+            "clean_mean": estimate.get("clean_mean"),
             "patched_mean": patched.get("mean")}
 
 

@@ -14,6 +14,14 @@ that, then a dot product per point. Nothing in the forward is changed, so its va
 Engines keep each written site's tensor from that forward (``site_key``), call ``gradients`` on its last-token
 logits inside their pass, then ``estimate`` per run. Imported inside a remote block: module-level functions
 only, torch only.
+
+Integrated gradients (``Run.estimate_steps``, Sundararajan et al. 2017; the "at the node" form of Marks et
+al. 2024): the gradient at a written site is averaged over ``steps`` points of the straight path from the
+site's clean value to the written one, the rest of the model run downstream of it: the clean pass is the path's
+first point, and each other point is one more forward-backward with the site's tensor moved there
+(``path_groups``: the runs' changes at one site joined into one tensor where they touch different elements, a
+sweep's positions or one module's heads, so a site costs ``steps - 1`` passes, not a point). A single write's
+estimate then tends to its patched effect as ``steps`` grows: the path integral of the gradient is the change.
 """
 
 from __future__ import annotations
@@ -60,13 +68,67 @@ def gradients(last_logits: torch.Tensor, scoring, span: slice, tensors: dict,
     return answer_scores(last.detach(), scoring.token_ids[span]), grads
 
 
+class PathGroup:
+    """Writes whose changes at one site are moved along the path together: ``change`` (the site tensor's
+    shape) holds each one's, on elements no other one touches with another value."""
+
+    def __init__(self, site, change: torch.Tensor):
+        self.site, self.key, self.change, self.members = site, site_key(site), change, set()
+        self.touched = change != 0
+
+    def join(self, change: torch.Tensor) -> bool:
+        """Take ``change`` in, if where it overlaps this group's it changes by the same amount."""
+        touched = change != 0
+        both = touched & self.touched
+        if bool(both.any()) and not torch.equal(change[both], self.change[both]):
+            return False
+        self.change = torch.where(touched, change, self.change)
+        self.touched |= touched
+        return True
+
+
+def path_groups(items, span: slice, offsets, values: dict) -> list[PathGroup]:
+    """The estimated runs ``items`` ((step, store, featurizers) each)'s writes on rows ``span`` as few groups
+    per site as their overlaps allow, each group's members its writes' ``(step path, write name)``."""
+    groups: list[PathGroup] = []
+    for step, store, featurizers in items:
+        for write in step.writes:
+            key = site_key(write.site)
+            with torch.no_grad():
+                written = values[key].clone()
+                put(as_heads(written, write.site), write, span, offsets, store, featurizers[write.name],
+                    featurizers.get(applier(write)))
+                change = written - values[key]
+            group = next((g for g in groups if g.key == key and g.join(change)), None)
+            if group is None:
+                groups.append(group := PathGroup(write.site, change))
+            group.members.add((step.path, write.name))
+    return groups
+
+
+def path_point(group: PathGroup, k: int, steps: int) -> torch.Tensor:
+    """What the ``k``-th of ``steps`` path points adds to the group's site tensor: ``k / steps`` of its change."""
+    return group.change * (k / steps)
+
+
+def integrated(grads: dict, group: PathGroup, more: list[dict], steps: int) -> None:
+    """Record in ``grads``, under ``(site key, step path, write name)`` for each member, the mean of the clean
+    pass's gradient at the group's site and those of ``more`` (the other path points' passes)."""
+    total = grads[group.key].clone()
+    for found in more:
+        total += found[group.key]
+    for member in group.members:
+        grads[(group.key, *member)] = total / steps
+
+
 def estimate(step, span: slice, offsets, clean: dict, values: dict, grads: dict, store,
              featurizers) -> dict[str, torch.Tensor]:
     """The estimated scores of ``step`` on rows ``span`` (a run's keys): the clean scores plus, for each write,
     the change it makes at its window dotted with each score's gradient there; and the clean scores
     (``clean_*``), from which the client tells how far each point moved.
 
-    ``values``/``grads``: per site key, the clean tensor and the stacked gradients (``gradients``);
+    ``values``/``grads``: per site key, the clean tensor and the stacked gradients (``gradients``); a
+    write's own integrated gradient, where there is one, under ``(site key, step path, write name)``;
     ``featurizers``: what ``featurizers.featurizers_for`` hands a run of ``step`` (featurizers, and custom
     interventions' instances)."""
     change = torch.zeros(span.stop - span.start, len(next(iter(grads.values()))), dtype=torch.float64)
@@ -75,7 +137,7 @@ def estimate(step, span: slice, offsets, clean: dict, values: dict, grads: dict,
         with torch.no_grad():
             delta, at = written_change(as_heads(values[key], write.site), write, span, offsets, store,
                                        featurizers[write.name], featurizers.get(applier(write)))
-        g = at(as_heads(grads[key], write.site))  # [scores, rows, positions, width]
+        g = at(as_heads(grads.get((key, step.path, write.name), grads[key]), write.site))  # [scores, rows, pos, width]
         change += torch.einsum("bpd,sbpd->bs", delta.float(), g).double().cpu()
     if step.combinations is not None:  # the least change of the scores that gives each combination its change
         change = change @ torch.linalg.pinv(torch.tensor(step.combinations, dtype=torch.float64)).T

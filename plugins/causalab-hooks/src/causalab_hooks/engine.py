@@ -13,7 +13,15 @@ from causalab_core.ir import Fit, Plan, Run
 from causalab_core.runtime import (
     Batch, answer_scores, applier, as_heads, batches, featurizers_for, fit_featurizer, gather, joined, minibatch, put,
 )
-from causalab_core.runtime.attribution import estimate, gradients, site_key, written_sites
+from causalab_core.runtime.attribution import (
+    estimate,
+    gradients,
+    integrated,
+    path_groups,
+    path_point,
+    site_key,
+    written_sites,
+)
 from causalab_core.runtime.edges import Patching, Probe, edge_estimate, union, visits
 from causalab_core.runtime.positions import (
     UNSUPPORTED, CleanCaches, EagerAttention, decide, first_written_position, keys_values, last_position, prefix_cache,
@@ -186,10 +194,36 @@ class Execution:
                     for h in handles:
                         h.remove()
                 values = {key: t.detach() for key, t in tensors.items()}
+                steps = items[0][0].estimate_steps or 1
+                for group in path_groups(items, span, batch.offsets, values) if steps > 1 else ():
+                    integrated(grads, group, [self.path_gradients(batch, group, k, steps, items[0][0])
+                                              for k in range(1, steps)], steps)
                 for step, store, swaps in items:
                     parts.setdefault(step.path, []).append(
                         estimate(step, span, batch.offsets, clean, values, grads, store, swaps))
         return {path: joined(found) for path, found in parts.items()}
+
+    def path_gradients(self, batch: Batch, group, k: int, steps: int, step: Run) -> dict:
+        """The scores' gradients at ``group``'s site with its tensor moved to the ``k``-th path point
+        (``runtime.attribution``): one forward and a backward per score."""
+        tensors: dict = {}
+        module = self.model.get_submodule(group.site.module)
+
+        def moved(hidden):
+            hidden.add_(path_point(group, k, steps)).requires_grad_(True)  # nothing upstream needs a gradient
+            tensors[group.key] = hidden
+            return hidden
+
+        handle = module.register_forward_hook(lambda mod, args, output: _replace_first(output, moved)) \
+            if group.site.tensor == "output" else module.register_forward_pre_hook(
+                lambda mod, args, kwargs: _replace_input(args, kwargs, moved), with_kwargs=True)
+        try:
+            with torch.enable_grad():
+                out = plain_forward(self.model, batch)
+                return gradients(out.logits[:, -1, :], step.scoring, slice(batch.start, batch.stop), tensors,
+                                 step.combinations)[1]
+        finally:
+            handle.remove()
 
     def edge_estimates(self, items: list, chosen: list[Batch]) -> dict[str, list]:
         """Estimated edge runs of one input: per batch, one clean forward probing every receiver they patch and

@@ -18,7 +18,15 @@ from causalab_core.runtime.positions import (
     UNSUPPORTED, CleanCaches, EagerAttention, first_written_position, keys_values, last_position, prefix_cache,
     rows_per_batch, tail_batch, tail_output, trims_last_mlp, widened,
 )
-from causalab_core.runtime.attribution import estimate, gradients, site_key, written_sites
+from causalab_core.runtime.attribution import (
+    estimate,
+    gradients,
+    integrated,
+    path_groups,
+    path_point,
+    site_key,
+    written_sites,
+)
 from causalab_core.runtime.edges import Patching, Probe, edge_estimate, union, visits
 from causalab_core.runtime.reuse import CleanPrefixes, first_written_layer, is_shared, shared_reads, split_shared
 from causalab_nnterp.sites import by_nnterp_name
@@ -207,10 +215,28 @@ def estimates(model, batch_list, items, layers_path, site_tensor=by_nnterp_name)
             clean, grads = gradients(model.output.logits[:, -1, :], scoring, span, tensors,
                                      items[0][0].combinations)
         values = {key: t.detach() for key, t in tensors.items()}
+        steps = items[0][0].estimate_steps or 1
+        for group in path_groups(items, span, batch.offsets, values) if steps > 1 else ():
+            integrated(grads, group, [path_gradients(model, batch, group, k, steps, items[0][0], site_tensor)
+                                      for k in range(1, steps)], steps)
         for step, store, featurizers in items:
             parts.setdefault(step.path, []).append(
                 estimate(step, span, batch.offsets, clean, values, grads, store, featurizers))
     return parts
+
+
+def path_gradients(model, batch, group, k, steps, step, site_tensor=by_nnterp_name):
+    """The scores' gradients at ``group``'s site with its tensor moved to the ``k``-th path point
+    (``runtime.attribution``): one trace, a backward per score inside it."""
+    moved = {}
+    with model.trace(batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,
+                     use_cache=False, logits_to_keep=1):
+        hidden = site_tensor(model, group.site)
+        hidden.add_(path_point(group, k, steps)).requires_grad_(True)  # nothing upstream needs a gradient
+        moved[group.key] = hidden
+        _, found = gradients(model.output.logits[:, -1, :], step.scoring, slice(batch.start, batch.stop), moved,
+                             step.combinations)
+    return found
 
 
 def edge_estimates(model, batch_list, items):
