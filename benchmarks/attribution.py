@@ -1,6 +1,9 @@
 """Attribution patching against full patching: speed, memory and agreement, per model and site, in one run.
 
-    .venv/bin/python benchmarks/attribution.py [--rows 100] [--cases weekdays entity gpt2] [--json out.json]
+    .venv/bin/python benchmarks/attribution.py [--rows 100] [--cases weekdays entity induction ioi gpt2]
+        [--steps 1 5 10 20] [--json out.json]
+
+Each case is estimated at each ``--steps`` (integrated gradients; 1 is the plain estimate at the clean run).
 
 Cases (every layer x every position of the site, ``rows`` rows each; the swap of the counterfactual's value,
 scored by the logit difference of the counterfactual's answer over the base's):
@@ -9,6 +12,10 @@ scored by the logit difference of the counterfactual's answer over the base's):
   mlp_output, and head (every layer x head x position); rows from its causal model (count and day
   changed, held-out split);
 - ``entity`` (4 layers): the same four sites and head; rows from its causal model (line and place changed);
+- ``induction`` and ``ioi``: the circuits' trained models (causalab-toy; 2 layers x 4 heads, width 64, and 4
+  layers x 8 heads, width 256), the same sites; rows from ``causalab_toy.circuits`` (held-out split), the
+  counterfactual's tokens swapped in, scored by the base answer's logit over the other's (induction: the
+  counterfactual's answer; IOI: the subject);
 - ``gpt2``: the synthetic GPT-2-small-sized model of ``heatmap.py`` (12 layers, width 768), block_input:
   the heatmap itself.
 
@@ -42,6 +49,7 @@ sys.path.insert(0, str(HERE))
 import heatmap  # noqa: E402  (the GPT-2-sized model, its rows and document, the memory sampler)
 
 SITES = ("block_input", "block_output", "attn_output", "mlp_output", "head")
+CIRCUITS = {"induction": "cf_answer", "ioi": "subject"}  # the model's study name -> the metric's other answer
 TOYS = {
     "weekdays": ("weekdays_layer_sweep.json", ["count", "day"], "label_answer"),
     "entity": ("entity_layer_sweep.json", ["line", "place"], "cf_answer"),
@@ -69,6 +77,24 @@ def toy_document(case: str, site: str, rows: int) -> dict:
     at = {"layer": {"sweep": "layer"}, "site": site, "position": {"sweep": "pos"}}
     if site == "head":
         at["head"] = {"sweep": "head"}
+    doc["reads"] = {"cf": {"input": "counterfactual", **at}}
+    doc["writes"] = {"patch": {"input": "base", "source": "cf", **at}}
+    doc["sweep"] = {"layer": list(range(layers)), "pos": list(range(-shortest(doc), 0)),
+                    **({"head": list(range(heads))} if site == "head" else {})}
+    return doc
+
+
+def circuit_document(case: str, site: str, rows: int) -> dict:
+    """Every layer x every position (x every head) of ``site`` on a circuits model, swapped from the
+    counterfactual, scored by the base answer's logit over the other's."""
+    from causalab_toy import circuits
+
+    model = json.loads((ROOT / "documents/real" / f"{case}_circuit.json").read_text())["model"]
+    doc = {"version": "2", "model": model, "data": {"rows": circuits.rows(case, rows, "test", seed=4)},
+           "metrics": {"ld": {"kind": "logit_diff", "target": "base_answer", "other": CIRCUITS[case]}}}
+    layers, heads = shape(doc)
+    at = {"layer": {"sweep": "layer"}, "site": site, "position": {"sweep": "pos"},
+          **({"head": {"sweep": "head"}} if site == "head" else {})}
     doc["reads"] = {"cf": {"input": "counterfactual", **at}}
     doc["writes"] = {"patch": {"input": "base", "source": "cf", **at}}
     doc["sweep"] = {"layer": list(range(layers)), "pos": list(range(-shortest(doc), 0)),
@@ -109,15 +135,15 @@ def cases(rows: int, chosen: list[str], scratch: Path) -> list[tuple[str, str, P
             continue
         for site in SITES:
             path = scratch / f"{case}-{site}.json"
-            path.write_text(json.dumps(toy_document(case, site, rows)))
+            path.write_text(json.dumps((circuit_document if case in CIRCUITS else toy_document)(case, site, rows)))
             found.append((case, site, path))
     return found
 
 
-def estimated(path: Path) -> Path:
+def estimated(path: Path, steps: int) -> Path:
     doc = json.loads(path.read_text())
-    doc["estimate"] = {"method": "attribution"}
-    out = path.with_name(path.stem + "-attribution.json")
+    doc["estimate"] = {"method": "attribution", "steps": steps}
+    out = path.with_name(path.stem + f"-attribution-{steps}.json")
     out.write_text(json.dumps(doc))
     return out
 
@@ -186,10 +212,17 @@ def agreement(patched: dict, estimate: dict) -> dict:
             "effect_scale": sum(abs(real[n]) for n in names) / len(names)}
 
 
+def _num(value) -> str:
+    """A figure, or '-' where there is none (a site whose every effect is zero: an MLP of width 0)."""
+    return "-" if value is None else f"{value:.3f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=100)
-    parser.add_argument("--cases", nargs="+", default=["weekdays", "entity", "gpt2"], choices=[*TOYS, "gpt2"])
+    parser.add_argument("--cases", nargs="+", default=["weekdays", "entity", *CIRCUITS, "gpt2"],
+                        choices=[*TOYS, *CIRCUITS, "gpt2"])
+    parser.add_argument("--steps", nargs="+", type=int, default=[1, 5, 10, 20])
     parser.add_argument("--json", type=Path)
     parser.add_argument("--worker")
     args = parser.parse_args()
@@ -199,24 +232,26 @@ def main() -> None:
     import torch
 
     print(f"hooks engine, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, {args.rows} rows")
-    print(f"{'model':<9} {'site':<13} {'points':>6} {'patching s':>10} {'attrib. s':>9} {'speedup':>8} "
+    print(f"{'model':<9} {'site':<13} {'steps':>5} {'points':>6} {'patching s':>10} {'attrib. s':>9} {'speedup':>8} "
           f"{'peak MiB p/a':>13} {'spearman':>8} {'top10':>6} {'mae/|effect|':>13} {'worst layer':>12}")
     table = []
     with tempfile.TemporaryDirectory() as scratch:
         for case, site, doc in cases(args.rows, args.cases, Path(scratch)):
             patched = spawn(doc, Path(scratch) / f"{doc.stem}-out")
-            estimate = spawn(estimated(doc), Path(scratch) / f"{doc.stem}-attribution-out")
-            row = {"model": case, "site": site, "points": len(patched["points"]), "rows": patched["rows"],
-                   "patching_s": patched["seconds"], "attribution_s": estimate["seconds"],
-                   "speedup": patched["seconds"] / estimate["seconds"],
-                   "patching_peak_mib": patched["peak_mib"], "attribution_peak_mib": estimate["peak_mib"],
-                   **agreement(patched, estimate)}
-            table.append(row)
-            print(f"{case:<9} {site:<13} {row['points']:>6} {row['patching_s']:>10.2f} {row['attribution_s']:>9.2f} "
-                  f"{row['speedup']:>7.1f}x {row['patching_peak_mib']:>6.0f}/{row['attribution_peak_mib']:<6.0f} "
-                  f"{row['spearman']:>8.3f} {row['top10_recall']:>6.1f} "
-                  f"{row['mae'] / max(row['effect_scale'], 1e-9):>13.2f} "
-                  f"{row['worst_layer']:>5} ({row['worst_layer_mae']:.2f})", flush=True)
+            for steps in args.steps:
+                estimate = spawn(estimated(doc, steps), Path(scratch) / f"{doc.stem}-attribution-{steps}-out")
+                row = {"model": case, "site": site, "steps": steps, "points": len(patched["points"]),
+                       "rows": patched["rows"], "patching_s": patched["seconds"], "attribution_s": estimate["seconds"],
+                       "speedup": patched["seconds"] / estimate["seconds"],
+                       "patching_peak_mib": patched["peak_mib"], "attribution_peak_mib": estimate["peak_mib"],
+                       **agreement(patched, estimate)}
+                table.append(row)
+                print(f"{case:<9} {site:<13} {steps:>5} {row['points']:>6} {row['patching_s']:>10.2f} "
+                      f"{row['attribution_s']:>9.2f} {row['speedup']:>7.1f}x "
+                      f"{row['patching_peak_mib']:>6.0f}/{row['attribution_peak_mib']:<6.0f} "
+                      f"{_num(row['spearman']):>8} {row['top10_recall']:>6.1f} "
+                      f"{row['mae'] / max(row['effect_scale'], 1e-9):>13.2f} "
+                      f"{row['worst_layer']:>5} ({row['worst_layer_mae']:.2f})", flush=True)
     if args.json:
         args.json.write_text(json.dumps(table, indent=1))
 

@@ -1,6 +1,8 @@
 """Attribution patching through the real NDIF test server: the gradient is taken on the server, inside the
 one session, and the estimates equal the local engines' (installed code, code shipped by value, and a server
-with no causalab at all); `confirm` patches the top points for real on the server too."""
+with no causalab at all); `confirm` patches the top points for real on the server too. The estimate is by
+integrated gradients (3 steps: each layer's two positions moved along the path together, two traces more per
+layer), whose first step is the plain estimate."""
 
 from __future__ import annotations
 
@@ -20,13 +22,13 @@ SWEEP = ROOT / "documents/real/weekdays_layer_sweep.json"
 
 def attribution_document(folder: Path) -> Path:
     """The weekdays sweep cut to 20 rows and 6 points, scored by logit difference and log-probability,
-    estimated by attribution, the top 2 points confirmed by patching."""
+    estimated by integrated gradients, the top 2 points confirmed by patching."""
     doc = copy.deepcopy(json.loads(SWEEP.read_text()))
     doc["sweep"] = {"layer": [0, 3, 6], "pos": [-4, -1]}
     doc["data"]["causal_model"]["rows"] = 20
     doc["metrics"] = {"ld": {"kind": "logit_diff", "target": "label_answer", "other": "base_answer"},
                       "lp": {"kind": "logprob", "answer": "label_answer"}}
-    doc["estimate"] = {"method": "attribution", "confirm": {"top": 2}}
+    doc["estimate"] = {"method": "attribution", "steps": 3, "confirm": {"top": 2}}
     path = folder / "attribution.json"
     path.write_text(json.dumps(doc))
     return path
@@ -57,6 +59,7 @@ def test_estimates_on_the_server_equal_the_local_engines(ndif_server, tmp_path, 
     assert_close(metric_values(tmp_path / "nnterp"), metric_values(tmp_path / "ndif"))
     run = json.loads((tmp_path / "ndif" / "run.json").read_text())
     assert run["estimate"]["method"] == "attribution" and len(run["estimate"]["confirmed"]["points"]) == 2
+    assert run["estimate"]["steps"] == 3
 
 
 def test_estimates_on_a_server_without_causalab_equal_the_local_engine(bare_server, tmp_path):
