@@ -123,6 +123,7 @@ def run(
     """Compile a document, run it on an engine, and write the output folder."""
     with reported(verbose):
         from causalab_core import api
+        from causalab_core.results.confirm import poor_agreement
         from causalab_core.results.manifest import MANIFEST
 
         with Progress(
@@ -137,6 +138,8 @@ def run(
             )
         for rel in [*result.files, MANIFEST]:
             print(out / rel)
+        if (line := poor_agreement(result.run.get("estimate"))) is not None:
+            err.print(line, markup=False, highlight=False)
 
 
 @app.command()

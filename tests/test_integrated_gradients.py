@@ -112,3 +112,38 @@ def test_integrated_gradients_over_edges_are_refused_in_one_line(tiny_llama, wri
     doc["edges"] = {"e": {"input": "base", "source": "counterfactual", "edges": [["a0.h0", "logits"]]}}
     with pytest.raises(PlanError, match=r"\$\.estimate\.steps: integrated gradients over edges"):
         api.plan(write_doc(doc, ROWS))
+
+
+def test_a_confirmation_that_agrees_poorly_is_one_warning_line_naming_the_figure(tiny_llama, write_doc, tmp_path):
+    """The plain estimate on the tiny random model's early layers misses (checked here against the run's own
+    figures); the run still writes its files and exits 0, and says so in one line at the end."""
+    from typer.testing import CliRunner
+
+    from causalab_core.cli import app
+
+    doc = document(tiny_llama, "block_output", estimate={"method": "attribution", "confirm": {"top": 4}})
+    result = CliRunner().invoke(app, ["run", str(write_doc(doc, ROWS)), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    confirmed = load(tmp_path / "o").run["estimate"]["confirmed"]
+    poor = (confirmed["spearman"] is not None and confirmed["spearman"] < 0.5) or confirmed["same_sign"] < 0.8 \
+        or confirmed["mean_abs_error"] > 0.5 * confirmed["mean_abs_effect"]
+    assert poor, confirmed  # three of the four signs right
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1, result.stderr
+    assert "agrees poorly with patching on the 4 confirmed points (ld)" in warnings[0]
+    assert "same sign on 75%" in warnings[0] and warnings[0] == result.stderr.splitlines()[-1]
+
+
+def test_a_confirmation_that_agrees_says_nothing(tiny_llama, write_doc, tmp_path):
+    """Integrated gradients at 16 steps, one position per layer (each point its own path), agree: no warning."""
+    from typer.testing import CliRunner
+
+    from causalab_core.cli import app
+
+    doc = document(tiny_llama, "block_output", estimate={"method": "attribution", "steps": 16, "confirm": {"top": 4}})
+    doc["sweep"] = {"layers": [0, 1, 2, 3], "pos": [-4]}
+    result = CliRunner().invoke(app, ["run", str(write_doc(doc, ROWS)), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    confirmed = load(tmp_path / "o").run["estimate"]["confirmed"]
+    assert confirmed["same_sign"] == 1 and confirmed["mean_abs_error"] < 0.2 * confirmed["mean_abs_effect"], confirmed
+    assert "warning:" not in result.stderr

@@ -38,6 +38,32 @@ def ranks(values: list[float]) -> list[float]:
     return out
 
 
+POOR = {"spearman": 0.5, "same_sign": 0.8, "relative_error": 0.5}
+"""Where a confirmation's agreement is poor: Spearman or the share of signs right below these, or the mean
+error above this share of the mean patched effect."""
+
+
+def poor_agreement(estimate: dict[str, Any] | None) -> str | None:
+    """One warning line where run.json's confirmed estimate agrees poorly with patching, naming the figures
+    that fall short; None where it agrees (or nothing was confirmed)."""
+    confirmed = (estimate or {}).get("confirmed")
+    if not confirmed:
+        return None
+    rho, sign = confirmed.get("spearman"), confirmed.get("same_sign")
+    error, scale = confirmed.get("mean_abs_error"), confirmed.get("mean_abs_effect")
+    short = []
+    if rho is not None and rho < POOR["spearman"]:
+        short.append(f"Spearman {rho:.2f}")
+    if sign is not None and sign < POOR["same_sign"]:
+        short.append(f"same sign on {sign:.0%}")
+    if error is not None and scale and error > POOR["relative_error"] * scale:
+        short.append(f"mean error {error:.3g}, {error / scale:.0%} of the mean patched effect {scale:.3g}")
+    if not short:
+        return None
+    return (f"warning: the estimate agrees poorly with patching on the {len(confirmed['points'])} confirmed points "
+            f"({confirmed['metric']}): {'; '.join(short)}; read the estimated points as a guess of where to look")
+
+
 def spearman(a: list[float], b: list[float]) -> float | None:
     """Spearman's rank correlation (None with under 3 points or no spread)."""
     if len(a) < 3:
@@ -75,6 +101,7 @@ def confirm(plan: Plan, metrics: list[MetricResult], files: dict[str, bytes], re
         "spearman": spearman(estimated, actual),
         "same_sign": sum((e > 0) == (a > 0) for e, a in pairs) / len(pairs) if pairs else None,
         "mean_abs_error": sum(abs(e - a) for e, a in pairs) / len(pairs) if pairs else None,
+        "mean_abs_effect": sum(abs(a) for a in actual) / len(actual) if actual else None,
     })}}
     files["run.json"] = dump(record)
     return [results[(m.point.name, m.name)] for m in metrics], files, record
