@@ -147,3 +147,30 @@ def test_a_confirmation_that_agrees_says_nothing(tiny_llama, write_doc, tmp_path
     confirmed = load(tmp_path / "o").run["estimate"]["confirmed"]
     assert confirmed["same_sign"] == 1 and confirmed["mean_abs_error"] < 0.2 * confirmed["mean_abs_effect"], confirmed
     assert "warning:" not in result.stderr
+
+
+def test_compare_of_an_estimated_and_a_patched_run_reports_their_agreement(tiny_llama, write_doc, tmp_path):
+    """The figures are the ones computed here from the two runs' summaries."""
+    from typer.testing import CliRunner
+
+    from causalab_core.cli import app
+    from causalab_core.results.confirm import spearman
+
+    estimated = document(tiny_llama, "block_output", estimate={"method": "attribution", "steps": 2})
+    patched = {k: v for k, v in estimated.items() if k != "estimate"}
+    api.run(write_doc(estimated, ROWS, "e.json"), out=tmp_path / "e")
+    api.run(write_doc(patched, ROWS, "p.json"), out=tmp_path / "p")
+    guess, real = load(tmp_path / "e").summaries, load(tmp_path / "p").summaries
+    ld = guess[guess.metric == "ld"].merge(real[real.metric == "ld"], on="point", suffixes=("", "_real"))
+    est, act = ld["mean"] - ld["clean_mean"], ld["mean_real"] - ld["clean_mean"]
+    result = CliRunner().invoke(app, ["compare", str(tmp_path / "p"), str(tmp_path / "e"), "--json"])
+    assert result.exit_code == 1  # the files differ
+    found = __import__("json").loads(result.stdout)
+    assert found["same_experiment"] and found["estimate"]["estimated"] == "b"
+    m = found["estimate"]["metrics"]["ld"]
+    assert m["points"] == 4 and m["spearman"] == pytest.approx(spearman(list(est), list(act)))
+    assert m["same_sign"] == ((est > 0) == (act > 0)).mean()
+    assert m["mean_abs_error"] == pytest.approx((est - act).abs().mean())
+    text = CliRunner().invoke(app, ["compare", str(tmp_path / "p"), str(tmp_path / "e")]).stdout
+    assert f"{tmp_path / 'e'} estimates (attribution, 2 steps) what {tmp_path / 'p'} patches:" in text
+    assert "    ld: over 4 points Spearman" in text

@@ -12,8 +12,9 @@ from causalab_core.results.table import LoadedRun, load, metric_files
 
 SHOWN = 3
 """Points and document paths named in the one line that says two runs are not of one experiment."""
-SETTING = ("name", "description", "sweep", "model")
-"""Document fields the experiment check leaves out: names, or what it reports on its own (points, model)."""
+SETTING = ("name", "description", "sweep", "model", "estimate")
+"""Document fields the experiment check leaves out: names, or what it reports on its own (points, model, and
+an estimate: the same experiment estimated, whose agreement with patching ``estimate_agreement`` gives)."""
 
 
 def _by_file(run: LoadedRun) -> dict[str, bytes]:
@@ -177,7 +178,32 @@ def compare_runs(left: LoadedRun, right: LoadedRun) -> dict[str, Any]:
     identical = (not only_a and not only_b and all(m["files_differ"] == 0 for m in metrics.values())
                  and not found["differs"])
     return {"identical": identical, "same_experiment": not found["differs"], "experiment": found,
-            "metrics": metrics, "only_in_a": only_a, "only_in_b": only_b}
+            "metrics": metrics, "only_in_a": only_a, "only_in_b": only_b,
+            **({"estimate": agreement} if (agreement := estimate_agreement(left, right)) else {})}
+
+
+def estimate_agreement(left: LoadedRun, right: LoadedRun) -> dict[str, Any] | None:
+    """Where one run estimates (``estimate``) and the other patches the same points: which one estimates, and
+    per metric over the points both scored, how the estimated effects (mean less the clean run's) agree with
+    the patched ones: ``spearman``, ``same_sign`` (share), ``mean_abs_error`` and ``mean_abs_effect``."""
+    from causalab_core.results.confirm import spearman
+
+    estimated = [isinstance(run.run.get("estimate"), dict) for run in (left, right)]
+    if estimated[0] == estimated[1]:
+        return None
+    guess, real = (left, right) if estimated[0] else (right, left)
+    metrics: dict[str, Any] = {}
+    for (point, name), (x, y) in _paired_summaries(guess, real).items():
+        values = (x.get("mean"), y.get("mean"), x.get("clean_mean"))
+        if all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
+            pairs = metrics.setdefault(name, [])
+            pairs.append((values[0] - values[2], values[1] - values[2]))
+    for name, pairs in metrics.items():
+        metrics[name] = {"points": len(pairs), "spearman": spearman([e for e, _ in pairs], [a for _, a in pairs]),
+                         "same_sign": sum((e > 0) == (a > 0) for e, a in pairs) / len(pairs),
+                         "mean_abs_error": sum(abs(e - a) for e, a in pairs) / len(pairs),
+                         "mean_abs_effect": sum(abs(a) for _, a in pairs) / len(pairs)}
+    return {"estimated": "a" if estimated[0] else "b", "method": guess.run["estimate"], "metrics": metrics}
 
 
 def describe(report: dict[str, Any], a: str, b: str) -> str:
@@ -210,6 +236,17 @@ def describe(report: dict[str, Any], a: str, b: str) -> str:
             flips = sum(len(rows) for rows in m["flips"].values())
             where = "; ".join(f"{point or '(no sweep)'}: rows {', '.join(map(str, rows))}" for point, rows in m["flips"].items())
             lines.append(f"    {flips} IIA rows flipped (0-based data rows): {where}")
+    if report.get("estimate"):
+        found = report["estimate"]
+        guess, real = (a, b) if found["estimated"] == "a" else (b, a)
+        steps = found["method"].get("steps", 1)
+        lines.append(f"  {guess} estimates ({found['method'].get('method')}"
+                     + (f", {steps} steps" if steps > 1 else "") + f") what {real} patches:")
+        for name, m in found["metrics"].items():
+            rho = "-" if m["spearman"] is None else f"{m['spearman']:.2f}"
+            share = f" ({m['mean_abs_error'] / m['mean_abs_effect']:.0%} of the mean effect)" if m["mean_abs_effect"] else ""
+            lines.append(f"    {name}: over {m['points']} points Spearman {rho}, same sign {m['same_sign']:.0%}, "
+                         f"mean error {m['mean_abs_error']:.3g}{share}")
     for side, files in (("only in " + a, report["only_in_a"]), ("only in " + b, report["only_in_b"])):
         if files:
             lines.append(f"  {side}: {_named(files)}")  # all of them with --json
