@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from causalab_core import load
+from causalab_core import api, load
 
 from causalab_report.page import write_report
 
+SWEEP = Path(__file__).parents[3] / "documents" / "real" / "weekdays_layer_sweep.json"
 CHROMIUM, DRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 INSTALL = "install Debian's chromium and chromium-driver (scripts/setup.sh does, as root)"
 
@@ -525,3 +526,41 @@ def test_a_thousand_point_page_draws_every_point_and_opens_a_cell(browser, thous
     browser.execute_script("arguments[0].scrollIntoView()", detail)
     shoot(browser, "thousand-points")
     quiet(browser, thousand)
+
+
+def test_an_estimated_run_says_so_and_shows_the_confirmed_points_real_values(browser, tmp_path, shoot):
+    """The weekdays logit difference estimated by integrated gradients, its top 3 points patched for real: the
+    agreement is in view (not in a tooltip), every cell is marked, the confirmed ones outlined with their
+    patched value, and the table beside lists estimate and patched value as the metric files have them."""
+    from selenium.webdriver.common.by import By
+
+    doc = {**json.loads(SWEEP.read_text()), "name": "weekdays-estimated"}
+    doc["metrics"] = {"ld": {"kind": "logit_diff", "target": "label_answer", "other": "base_answer"}}
+    doc["sweep"] = {"layer": [0, 3, 5, 7], "pos": [-4, -1]}
+    doc["data"]["causal_model"]["rows"] = 20
+    doc["estimate"] = {"method": "attribution", "steps": 2, "confirm": {"top": 3}}
+    (tmp_path / "doc.json").write_text(json.dumps(doc))
+    api.run(tmp_path / "doc.json", out=tmp_path / "out", engine="hooks")
+    page = write_report(tmp_path / "out")[0]
+    open_page(browser, page)
+    confirmed = json.loads((tmp_path / "out" / "run.json").read_text())["estimate"]["confirmed"]
+    note = browser.find_element(By.CSS_SELECTOR, '#metric-ld .estimate-note')
+    assert note.is_displayed()
+    assert note.text.startswith("Estimated (attribution, integrated gradients over 2 steps), not patched")
+    assert f"Spearman {confirmed['spearman']:.2f}, same sign {round(100 * confirmed['same_sign'])}%" in note.text
+    cells = browser.find_elements(By.CSS_SELECTOR, 'svg.heatmap[data-metric="ld"] rect.cell')
+    assert len(cells) == 8 and all("estimated" in c.get_attribute("class") for c in cells)
+    assert all(t.text.startswith("≈") for t in browser.find_elements(By.CSS_SELECTOR, 'svg.heatmap[data-metric="ld"] text.v'))
+    outlined = {payload(browser)["points"][int(c.get_attribute("data-p"))]["name"]: float(c.get_attribute("data-patched"))
+                for c in cells if "confirmed" in c.get_attribute("class")}
+    assert sorted(outlined) == sorted(confirmed["points"])
+    listed = browser.find_elements(By.CSS_SELECTOR, '#metric-ld table.confirmed tbody tr')
+    assert len(listed) == 3
+    for row in listed:
+        name, estimate, patched, _ = [td.text for td in row.find_elements(By.TAG_NAME, "td")]
+        content = json.loads((tmp_path / "out" / name / "ld.json").read_text())
+        assert float(estimate) == pytest.approx(content["summary"]["mean"], rel=1e-3, abs=1e-4)
+        assert float(patched) == pytest.approx(content["patched"]["summary"]["mean"], rel=1e-3, abs=1e-4)
+        assert outlined[name] == content["patched"]["summary"]["mean"]
+    shoot(browser, "estimated")
+    quiet(browser, page)

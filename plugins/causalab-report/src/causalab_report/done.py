@@ -70,7 +70,9 @@ def scored(document: dict[str, Any]) -> list[str]:
         lines.append(f"direction: {direction.get('patch')} (clean {direction.get('clean')}, "
                      f"corrupted {direction.get('corrupted')})")
     if isinstance(document.get("estimate"), dict):
-        lines.append(f"estimated by {document['estimate'].get('method')}, not patched")
+        steps = document["estimate"].get("steps", 1)
+        lines.append(f"estimated by {document['estimate'].get('method')}"
+                     + (f" (integrated gradients, {steps} steps)" if steps > 1 else "") + ", not patched")
     return lines
 
 

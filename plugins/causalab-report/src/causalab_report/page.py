@@ -60,7 +60,15 @@ def _answer_columns(spec: dict[str, Any], rows: list[dict[str, Any]] | None) -> 
 
 
 def _summary(content: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in (content.get("summary") or {}).items()}
+    """A metric file's summary; an estimated point's also says so, with the clean run's mean it starts from and,
+    where the point was confirmed, its patched mean."""
+    out = dict(content.get("summary") or {})
+    if isinstance(content.get("estimate"), dict):
+        out.update(estimated=True, clean_mean=content["estimate"].get("clean_mean"))
+        patched = (content.get("patched") or {}).get("summary") or {}
+        if "mean" in patched:
+            out["patched_mean"] = patched["mean"]
+    return out
 
 
 def run_payload(run: LoadedRun, data_file: Path | None = None) -> tuple[dict[str, Any], list[str]]:
@@ -143,6 +151,7 @@ def run_payload(run: LoadedRun, data_file: Path | None = None) -> tuple[dict[str
         "prompts": prompts, "prompts_note": prompts_note, "predicted": predicted_tokens,
         "featurizers": [{k: v for k, v in f.items()} for f in run.records["featurizers"]],
         "circuit": circuit_payload(run, labels, coords),
+        "estimate": run.run.get("estimate") if isinstance(run.run, dict) else None,
     }
     return payload, notes
 

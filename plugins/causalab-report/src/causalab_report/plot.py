@@ -202,7 +202,11 @@ def figure(run: LoadedRun, metric: str | None = None, document: dict[str, Any] |
     elif undefined and notes is not None:
         notes.append(f"{metric}: {undefined} of {len(means)} points have no defined value (drawn as n/a)")
     fixed = ", ".join(f"{a} = {values[a][0]}" for a in axes[2:])  # the axes a figure cannot show: their first value
-    ax.set_title(f"{document.get('name') or folder.name}: {metric}" + (f" (at {fixed})" if fixed else ""), **LITERAL)
+    estimate = run.run.get("estimate") if isinstance(run.run, dict) else None
+    guess = "" if not isinstance(estimate, dict) else (  # the values are estimates, not patched runs: the title says so
+        f" — ESTIMATED by {estimate.get('method')}" + (f", {estimate['steps']} steps" if estimate.get("steps") else ""))
+    ax.set_title(f"{document.get('name') or folder.name}: {metric}" + (f" (at {fixed})" if fixed else "") + guess,
+                 **LITERAL)
     fig.tight_layout()
     return fig
 

@@ -62,7 +62,8 @@
   }
   function tipText(metric, p) {
     const s = D.summary[metric][p] || {};
-    const lines = [where(p), metric + ": " + fmt(s.mean)];
+    const lines = [where(p), metric + ": " + fmt(s.mean) + (s.estimated ? " (estimated; clean run " + fmt(s.clean_mean) + ")" : "")];
+    if (finite(s.patched_mean)) lines.push("patched for real: " + fmt(s.patched_mean));
     if ("mean_low" in s) lines.push("95% interval over rows: [" + fmt(s.mean_low) + ", " + fmt(s.mean_high) + "]");
     lines.push("eligible rows: " + s.eligible + " of " + s.rows);
     if (C) {
@@ -110,6 +111,28 @@
     return power * ([1, 2, 2.5, 5, 10].find((m) => m * power >= raw) || 10);
   }
 
+  function guessed(metric, p) { return !!(D.summary[metric][p] || {}).estimated; }
+
+  // An estimated run's figures say so in view: how it was estimated, and the confirmed points' patched values
+  // beside their estimates with the agreement of the two (run.json's estimate.confirmed).
+  function estimateNote(metric) {
+    const e = D.estimate, c = e.confirmed;
+    const how = esc(e.method) + (e.steps ? ", integrated gradients over " + e.steps + " steps" : "");
+    let html = '<div class="notes estimate-note"><b>Estimated</b> (' + how + "), not patched: every value here is an estimate (≈)." ;
+    if (c) {
+      const share = finite(c.mean_abs_effect) && c.mean_abs_effect > 0 ? " (" + Math.round(100 * c.mean_abs_error / c.mean_abs_effect) + "% of the mean patched effect)" : "";
+      html += ' <span class="agreement">The ' + c.points.length + " points the estimate moves most (by " + esc(c.metric) + ") were patched for real (outlined): Spearman " +
+        (finite(c.spearman) ? c.spearman.toFixed(2) : "n/a") + ", same sign " + (finite(c.same_sign) ? Math.round(100 * c.same_sign) + "%" : "n/a") +
+        ", mean error " + fmt(c.mean_abs_error) + share + ".</span>";
+      const rows = D.points.map((_, p) => p).filter((p) => finite((D.summary[metric][p] || {}).patched_mean));
+      if (rows.length) html += '<table class="confirmed"><thead><tr><th>point</th><th>estimate</th><th>patched</th><th>clean</th></tr></thead><tbody>' +
+        rows.map((p) => { const s = D.summary[metric][p];
+          return '<tr data-p="' + p + '" data-metric="' + esc(metric) + '"><td>' + esc(pointName(p)) + '</td><td class="est">' + fmt(s.mean) +
+            '</td><td class="real">' + fmt(s.patched_mean) + '</td><td>' + fmt(s.clean_mean) + "</td></tr>"; }).join("") + "</tbody></table>";
+    }
+    return html + "</div>";
+  }
+
   function heatmap(metric, side) {
     const nx = axes.length ? D.labels[axes[0]].length : 1, ny = axes.length > 1 ? D.labels[axes[1]].length : 1;
     const xt = axes.length ? D.ticks[axes[0]] : [""], yt = axes.length > 1 ? D.ticks[axes[1]] : [""];
@@ -130,8 +153,11 @@
         const x = left + i * w, y = 10 + (ny - 1 - j) * h; // the first value at the bottom, as the PNG has it
         const fill = v === null || r === null ? "#e8e8e8" : color(v);
         const raw = side === "A" ? (D.summary[metric][p] || {}).mean : v;
-        out.push('<rect class="cell" x="' + x + '" y="' + y + '" width="' + (w - 1) + '" height="' + (h - 1) + '" fill="' + fill +
-                 '" data-p="' + p + '" data-metric="' + esc(metric) + '" data-value="' + esc(raw === null || raw === undefined ? "" : raw) + '"></rect>');
+        const est = side === "A" && guessed(metric, p), real = est ? (D.summary[metric][p] || {}).patched_mean : undefined;
+        out.push('<rect class="cell' + (est ? " estimated" : "") + (finite(real) ? " confirmed" : "") + '" x="' + x + '" y="' + y +
+                 '" width="' + (w - 1) + '" height="' + (h - 1) + '" fill="' + fill + '" data-p="' + p + '" data-metric="' + esc(metric) +
+                 '" data-value="' + esc(raw === null || raw === undefined ? "" : raw) + '"' +
+                 (finite(real) ? ' data-patched="' + real + '" stroke="#000" stroke-width="2"' : "") + "></rect>");
         if (w >= 30 && h >= 13) {
           const light = v !== null && r !== null && (c === null ? (v - r[0]) / (r[1] - r[0]) < 0.5
                                                                  : Math.abs((v - c) / (r[1] - c)) > 0.6); // dark ends
@@ -139,7 +165,7 @@
           const two = hw !== null && h >= 24; // the interval's half-width under the value, readable without hover
           const ink = (light ? "#fff" : "#000");
           out.push('<text class="v" x="' + (x + w / 2 - 0.5) + '" y="' + (y + h / 2 + (two ? -1 : 3.5)) + '" text-anchor="middle" fill="' +
-                   ink + '" style="fill:' + ink + '">' + short(v) + "</text>");
+                   ink + '" style="fill:' + ink + '">' + (est ? "≈" : "") + short(v) + "</text>");
           if (two) out.push('<text class="hw" x="' + (x + w / 2 - 0.5) + '" y="' + (y + h / 2 + 9) + '" text-anchor="middle" font-size="8" style="fill:' + ink + '">±' + hw.toFixed(2) + "</text>");
         }
       }
@@ -178,7 +204,7 @@
     const W = left + n * step + 20, H = top + ph + bottom;
     const S = D.summary[metric], B = C && C.summary[metric];
     const vals = [];
-    D.points.forEach((_, p) => { const s = S[p] || {}; [s.mean, s.mean_low, s.mean_high].forEach((v) => finite(v) && vals.push(v));
+    D.points.forEach((_, p) => { const s = S[p] || {}; [s.mean, s.mean_low, s.mean_high, s.patched_mean].forEach((v) => finite(v) && vals.push(v));
       if (B && B[p]) [B[p].mean, B[p].mean_low, B[p].mean_high].forEach((v) => finite(v) && vals.push(v)); });
     const out = ['<svg class="line" data-metric="' + esc(metric) + '" width="' + W + '" height="' + H + '">'];
     if (!vals.length) {
@@ -213,9 +239,13 @@
         if (p < 0) continue;
         const v = s && finite(s.mean) ? s.mean : null;
         out.push(v === null ? '<text x="' + X(i) + '" y="' + (top + ph - 4) + '" text-anchor="middle">n/a</text>' : "");
-        out.push('<circle class="pt" cx="' + X(i) + '" cy="' + (v === null ? top + ph - 16 : Y(v)) + '" r="' + (v === null ? 3 : 4.5) +
-                 '" fill="' + (v === null ? "#bbb" : color) + '" data-p="' + p + '" data-metric="' + esc(metric) + '" data-side="' + side +
+        const est = side === "A" && guessed(metric, p), real = est ? s.patched_mean : undefined;
+        out.push('<circle class="pt' + (est ? " estimated" : "") + '" cx="' + X(i) + '" cy="' + (v === null ? top + ph - 16 : Y(v)) + '" r="' + (v === null ? 3 : 4.5) +
+                 '" fill="' + (v === null ? "#bbb" : est ? "#fff" : color) + '"' + (est ? ' stroke="' + color + '" stroke-width="2"' : "") +
+                 ' data-p="' + p + '" data-metric="' + esc(metric) + '" data-side="' + side +
                  '" data-value="' + esc(s && s.mean !== null && s.mean !== undefined ? s.mean : "") + '"></circle>');
+        if (finite(real)) out.push('<rect class="patched" x="' + (X(i) - 4) + '" y="' + (Y(real) - 4) + '" width="8" height="8" fill="#000" data-p="' + p +
+                                   '" data-metric="' + esc(metric) + '" data-value="' + real + '"></rect>');
       }
     }
     const base = top + ph;
@@ -408,6 +438,7 @@
         '<div class="summary-line">' + D.points.length + " point" + (D.points.length === 1 ? "" : "s") +
         (sums.length ? ", mean from " + fmt(Math.min(...sums)) + " to " + fmt(Math.max(...sums)) : ", no defined mean") +
         (sums.length < D.points.length ? "; " + (D.points.length - sums.length) + " points n/a" : "") + ". Hover a point for its value; click it for its rows.</div>" +
+        (D.estimate ? estimateNote(m.name) : "") +
         '<div class="charts" data-metric="' + esc(m.name) + '"></div><div class="detail" data-metric="' + esc(m.name) + '" hidden></div>';
       app.appendChild(sec);
     });
