@@ -27,9 +27,10 @@ def check_estimable(doc: Any, registry: Any, metric_params: dict[str, Any]) -> N
         if wide:
             raise PlanError(f"$.metrics.{name}: metric kind {metric.kind!r} reads the view {wide[0]!r}, which "
                             f"$.estimate does not estimate (metrics that work: {works})")
-    if doc.estimate.steps > 1 and doc.edges:
-        raise PlanError("$.estimate.steps: integrated gradients over edges are not built yet; edges are estimated "
-                        "at the clean run only (steps 1)")
+    if doc.estimate.steps > 1 and any(e.path is not None for e in doc.edges.values()):
+        name = next(n for n, e in doc.edges.items() if e.path is not None)
+        raise PlanError(f"$.edges.{name}.path: integrated gradients move edges, not a path patch's frozen run; "
+                        "estimate a path patch with steps 1")
     changes = {**{f"$.writes.{n}": w for n, w in doc.writes.items()}, **{f"$.edges.{n}": e for n, e in doc.edges.items()}}
     if not changes:
         raise PlanError("$.estimate: the document writes nothing, so there is nothing to estimate")

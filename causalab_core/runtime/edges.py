@@ -151,28 +151,63 @@ def to_term(sender, value: torch.Tensor, modules) -> torch.Tensor:
 
 
 class Probe(Patching):
-    """A clean pass for edge attribution (EAP, Syed et al. 2023): every receiver reads its stream plus a zero
-    that requires grad (``leaves``, by receiver name), so one backward per score gives the gradient at every
-    receiver's input at once; the senders' clean terms are kept (detached)."""
+    """A pass for edge attribution (EAP, Syed et al. 2023): every receiver reads its stream plus a zero that
+    requires grad (``leaves``, by receiver name), so one backward per score gives the gradient at every
+    receiver's input at once; the senders' terms are kept (detached).
 
-    def __init__(self, patch, span: slice, offsets, modules):
-        super().__init__(patch, None, span, offsets, modules)
+    ``alpha`` > 0 (EAP-IG, Hanna et al. 2024, the edges moved together as auto-circuit's masks are): each
+    receiver reads its stream plus ``alpha`` of every patched edge's change into it (the sender's patched term
+    less its term in this pass), from ``store`` (the reads ``union`` joined)."""
+
+    def __init__(self, patch, span: slice, offsets, modules, *, alpha: float = 0.0, store=None):
+        super().__init__(patch, store, span, offsets, modules)
+        self.alpha = alpha
         self.leaves: dict[str, torch.Tensor] = {}
 
     def patched(self, receiver: int, stream: torch.Tensor) -> torch.Tensor:
         name = self.patch.receivers[receiver].name
         self.leaves[name] = torch.zeros_like(stream, requires_grad=True)
+        if self.alpha:
+            for sender in self.into[receiver]:
+                stream = stream + self.alpha * (self.source(sender) - self.terms[sender])
         return stream + self.leaves[name]
 
 
-def union(patches) -> EdgePatch:
-    """One patch with every sender, receiver and edge of ``patches`` (named alike), for one probe of them all."""
+def union(patches, stores=None) -> tuple[EdgePatch, dict]:
+    """One patch with every sender, receiver and edge of ``patches`` (named alike), for one probe of them all;
+    with ``stores`` (each patch's run's), its senders' reads too and one store holding them, for a probe that
+    moves the edges (``Probe(alpha=...)``): a sender patched two ways (another source, kind or read) cannot."""
     senders = {s.name: s for p in patches for s in p.senders}
     receivers = {r.name: r for p in patches for r in p.receivers}
     names = sorted({(p.senders[s].name, p.receivers[r].name) for p in patches for s, r in p.edges})
     order_s, order_r = list(senders), list(receivers)
-    return EdgePatch("probe", tuple(senders.values()), tuple(receivers.values()),
-                     tuple((order_s.index(s), order_r.index(r)) for s, r in names))
+    reads, store, kinds = {}, {}, {p.ablation for p in patches}
+    for p, own in zip(patches, stores or ()):
+        for i, s in enumerate(p.senders):
+            read = p.reads[i] if p.reads else None  # one read name is one read of one source run
+            if reads.setdefault(s.name, read) != read:
+                raise EngineError(f"edge patch {p.name!r}: sender {s.name!r} is patched from two sources, which "
+                                  "integrated gradients cannot move along one path")
+            if read is not None:
+                store.setdefault(read, own[read])
+    if stores is not None and len(kinds) > 1:
+        raise EngineError(f"edge patches {', '.join(sorted(p.name for p in patches))} patch by {' and '.join(sorted(kinds))}, "
+                          "which integrated gradients cannot move along one path")
+    joined = EdgePatch("probe", tuple(senders.values()), tuple(receivers.values()),
+                       tuple((order_s.index(s), order_r.index(r)) for s, r in names),
+                       ablation=next(iter(kinds)) if stores is not None else "swap",
+                       reads=tuple(reads[n] for n in senders) if stores is not None and all(reads.values()) else ())
+    return joined, store
+
+
+def path_probes(patch, store, span: slice, offsets, modules, steps: int) -> list[Probe]:
+    """The probes of the path's other points, ``k / steps`` of the way for ``k = 1 .. steps - 1``."""
+    return [Probe(patch, span, offsets, modules, alpha=k / steps, store=store) for k in range(1, steps)]
+
+
+def mean_gradients(grads: dict, more: list[dict]) -> dict:
+    """Per receiver, the mean of the clean pass's gradients and those of the path's other points."""
+    return {name: (g + sum(found[name] for found in more)) / (1 + len(more)) for name, g in grads.items()}
 
 
 def edge_estimate(step, span: slice, offsets, clean: dict, probe: Probe, grads: dict, store) -> dict:

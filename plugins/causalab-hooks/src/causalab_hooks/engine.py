@@ -22,7 +22,15 @@ from causalab_core.runtime.attribution import (
     site_key,
     written_sites,
 )
-from causalab_core.runtime.edges import Patching, Probe, edge_estimate, union, visits
+from causalab_core.runtime.edges import (
+    Patching,
+    Probe,
+    edge_estimate,
+    mean_gradients,
+    path_probes,
+    union,
+    visits,
+)
 from causalab_core.runtime.positions import (
     UNSUPPORTED, CleanCaches, EagerAttention, decide, first_written_position, keys_values, last_position, prefix_cache,
     rows_per_batch, tail_batch, tail_output, trims_last_mlp, widened,
@@ -228,20 +236,25 @@ class Execution:
     def edge_estimates(self, items: list, chosen: list[Batch]) -> dict[str, list]:
         """Estimated edge runs of one input: per batch, one clean forward probing every receiver they patch and
         a backward per score (``runtime.edges.Probe``), then each run's estimate."""
-        patch, step0 = union([step.edges for step, _, _ in items]), items[0][0]
+        step0, steps = items[0][0], items[0][0].estimate_steps or 1
+        patch, store = union([step.edges for step, _, _ in items], [s for _, s, _ in items] if steps > 1 else None)
         parts: dict[str, list] = {}
         for batch in chosen:
             span = slice(batch.start, batch.stop)
-            probe = Probe(patch, span, batch.offsets, self.model.get_submodule)
-            handles = edge_hooks(self.model, probe)
-            try:
-                with torch.enable_grad():
-                    out = plain_forward(self.model, batch)
-                    clean, grads = gradients(out.logits[:, -1, :], step0.scoring, span, probe.leaves,
-                                             step0.combinations)
-            finally:
-                for h in handles:
-                    h.remove()
+            found = []
+            for probe in [Probe(patch, span, batch.offsets, self.model.get_submodule),
+                          *path_probes(patch, store, span, batch.offsets, self.model.get_submodule, steps)]:
+                handles = edge_hooks(self.model, probe)
+                try:
+                    with torch.enable_grad():
+                        out = plain_forward(self.model, batch)
+                        found.append((probe, *gradients(out.logits[:, -1, :], step0.scoring, span, probe.leaves,
+                                                        step0.combinations)))
+                finally:
+                    for h in handles:
+                        h.remove()
+            (probe, clean, grads), more = found[0], [g for _, _, g in found[1:]]
+            grads = mean_gradients(grads, more) if more else grads
             for step, store, _ in items:
                 parts.setdefault(step.path, []).append(edge_estimate(step, span, batch.offsets, clean, probe, grads,
                                                                      store))

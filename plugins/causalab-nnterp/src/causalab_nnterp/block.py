@@ -27,7 +27,15 @@ from causalab_core.runtime.attribution import (
     site_key,
     written_sites,
 )
-from causalab_core.runtime.edges import Patching, Probe, edge_estimate, union, visits
+from causalab_core.runtime.edges import (
+    Patching,
+    Probe,
+    edge_estimate,
+    mean_gradients,
+    path_probes,
+    union,
+    visits,
+)
 from causalab_core.runtime.reuse import CleanPrefixes, first_written_layer, is_shared, shared_reads, split_shared
 from causalab_nnterp.sites import by_nnterp_name
 
@@ -240,18 +248,25 @@ def path_gradients(model, batch, group, k, steps, step, site_tensor=by_nnterp_na
 
 
 def edge_estimates(model, batch_list, items):
-    """Estimated edge runs of one input: per batch, one clean trace probing every receiver they patch, the
-    gradients taken inside it (``runtime.edges.Probe``), then each run's estimate."""
-    patch, first = union([step.edges for step, _, _ in items]), items[0][0]
+    """Estimated edge runs of one input: per batch, one clean trace probing every receiver they patch (and, for
+    integrated gradients, one per other point of the path), the gradients taken inside it
+    (``runtime.edges.Probe``), then each run's estimate."""
+    first, steps = items[0][0], items[0][0].estimate_steps or 1
+    patch, store = union([step.edges for step, _, _ in items], [s for _, s, _ in items] if steps > 1 else None)
     parts = {}
     for batch in batch_list:
         span = slice(batch.start, batch.stop)
-        probe = Probe(patch, span, batch.offsets, model.get)
-        with model.trace(batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,
-                         use_cache=False, logits_to_keep=1):
-            patched_edges(model, probe)
-            clean, grads = gradients(model.output.logits[:, -1, :], first.scoring, span, probe.leaves,
-                                     first.combinations)
+        found = []
+        for probe in [Probe(patch, span, batch.offsets, model.get),
+                      *path_probes(patch, store, span, batch.offsets, model.get, steps)]:
+            with model.trace(batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,
+                             use_cache=False, logits_to_keep=1):
+                patched_edges(model, probe)
+                clean, grads = gradients(model.output.logits[:, -1, :], first.scoring, span, probe.leaves,
+                                         first.combinations)
+            found.append((probe, clean, grads))
+        (probe, clean, grads), more = found[0], [g for _, _, g in found[1:]]
+        grads = mean_gradients(grads, more) if more else grads
         for step, store, _ in items:
             parts.setdefault(step.path, []).append(edge_estimate(step, span, batch.offsets, clean, probe, grads, store))
     return parts
