@@ -137,7 +137,7 @@ def against(peer: str, case: str, rows: int, top: int) -> dict:
     run, with_circuit = timed(doc)
     ours = effects(scored)
     answer = metric.get("target", metric.get("answer"))
-    spec = {"model_dir": folder, "metric": metric["kind"], "top": top, "rows": [
+    spec = {"model_dir": folder, "metric": metric["kind"], "top": top, "ig_steps": IG_STEPS - 1, "rows": [
         {"clean": r["base"], "corrupt": r[corrupted], "target": r[answer], "other": r.get(metric.get("other"), "")}
         for r in data]}
     with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
@@ -158,7 +158,23 @@ def against(peer: str, case: str, rows: int, top: int) -> dict:
             "causalab_share": round(run.circuit["faithfulness"]["share"], 3), "peer_share": round(found["share"], 3),
             "causalab_scores_s": round(seconds, 1), "causalab_with_curve_s": round(with_circuit, 1),
             "peer_scores_s": round(found["scores_s"], 1), "peer_faithfulness_s": round(found["faithfulness_s"], 1),
-            "peer": found["versions"]}
+            "peer": found["versions"], **(integrated(doc, found, names) if "scores_ig" in found else {})}
+
+
+IG_STEPS = 5
+"""causalab's steps against auto-circuit's ``integrated_grad_samples = IG_STEPS - 1``: both average IG_STEPS
+gradients, causalab's at k / IG_STEPS (k = 0 .. IG_STEPS - 1, a left Riemann sum), auto-circuit's at
+k / (IG_STEPS - 1) (both ends): near, not equal, so the scores agree within their grids' difference."""
+
+
+def integrated(doc: dict, found: dict, names: list[str]) -> dict:
+    """causalab's EAP-IG (every edge moved together) beside auto-circuit's (its masks moved together)."""
+    run, seconds = timed({**{k: v for k, v in doc.items() if k != "circuit"},
+                          "estimate": {"method": "attribution", "steps": IG_STEPS}})
+    ours, theirs = effects(run), found["scores_ig"]
+    return {"ig_steps": IG_STEPS, "ig_spearman": round(spearman([ours[n] for n in names], [theirs[n] for n in names]), 4),
+            "ig_max_diff_over_max_score": float(f"{max(abs(ours[n] - theirs[n]) for n in names) / max(abs(v) for v in theirs.values()):.1e}"),
+            "causalab_ig_s": round(seconds, 1), "peer_ig_s": round(found["scores_ig_s"], 1)}
 
 
 def main() -> None:
