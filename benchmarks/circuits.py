@@ -162,9 +162,11 @@ def against(peer: str, case: str, rows: int, top: int) -> dict:
 
 
 IG_STEPS = 5
-"""causalab's steps against auto-circuit's ``integrated_grad_samples = IG_STEPS - 1``: both average IG_STEPS
-gradients, causalab's at k / IG_STEPS (k = 0 .. IG_STEPS - 1, a left Riemann sum), auto-circuit's at
-k / (IG_STEPS - 1) (both ends): near, not equal, so the scores agree within their grids' difference."""
+"""causalab's steps against auto-circuit's ``integrated_grad_samples = IG_STEPS - 1`` (``--ig-steps``): both
+average IG_STEPS gradients by the edges' weights along the path, causalab's at k / IG_STEPS (k = 0 ..
+IG_STEPS - 1, a left Riemann sum), auto-circuit's at k / (IG_STEPS - 1) (both ends): the same integral on
+two grids, which agree as the steps grow (on the induction model: 1.1 of the largest score apart at 5, 0.016
+at 64)."""
 
 
 def integrated(doc: dict, found: dict, names: list[str]) -> dict:
@@ -183,8 +185,10 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=20)
     parser.add_argument("--top", type=int, default=32)
     parser.add_argument("--peers", nargs="*", choices=list(PEERS), help="also these peers (each in its own venv)")
+    parser.add_argument("--ig-steps", type=int, default=IG_STEPS, help="integrated gradients' steps against auto-circuit")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    globals()["IG_STEPS"] = args.ig_steps
     peers = list(PEERS) if args.peers == [] else args.peers or []
     for peer in peers:
         if not PEERS[peer][0].exists():

@@ -155,9 +155,10 @@ class Probe(Patching):
     requires grad (``leaves``, by receiver name), so one backward per score gives the gradient at every
     receiver's input at once; the senders' terms are kept (detached).
 
-    ``alpha`` > 0 (EAP-IG, Hanna et al. 2024, the edges moved together as auto-circuit's masks are): each
-    receiver reads its stream plus ``alpha`` of every patched edge's change into it (the sender's patched term
-    less its term in this pass), from ``store`` (the reads ``union`` joined)."""
+    ``alpha`` > 0 (EAP-IG, Hanna et al. 2024, with the edges moved together as auto-circuit's masks are):
+    each receiver reads its stream plus ``alpha`` of every patched edge's change into it (the sender's patched
+    term less its term in this pass), from ``store`` (the reads ``union`` joined); ``edge_estimate`` then
+    weighs each pass's gradient by that pass's change, the gradient by the edge's weight on the path."""
 
     def __init__(self, patch, span: slice, offsets, modules, *, alpha: float = 0.0, store=None):
         super().__init__(patch, store, span, offsets, modules)
@@ -205,30 +206,35 @@ def path_probes(patch, store, span: slice, offsets, modules, steps: int) -> list
     return [Probe(patch, span, offsets, modules, alpha=k / steps, store=store) for k in range(1, steps)]
 
 
-def mean_gradients(grads: dict, more: list[dict]) -> dict:
-    """Per receiver, the mean of the clean pass's gradients and those of the path's other points."""
-    return {name: (g + sum(found[name] for found in more)) / (1 + len(more)) for name, g in grads.items()}
 
 
-def edge_estimate(step, span: slice, offsets, clean: dict, probe: Probe, grads: dict, store) -> dict:
+
+def edge_estimate(step, span: slice, offsets, clean: dict, passes: list, store) -> dict:
     """An estimated edge run's scores on rows ``span`` (as ``attribution.estimate``'s): the clean scores plus,
-    for each patched edge, (the sender's patched term - its clean term) . d score / d (the receiver's input),
-    summed over positions; padding changes nothing."""
+    for each patched edge, (the sender's patched term - its term) . d score / d (the receiver's input), summed
+    over positions (padding changes nothing), and averaged over ``passes``: (probe, gradients) of the clean
+    pass and, for integrated gradients, of each other point of the path, each with its own terms (the
+    gradient of the score by the edge's weight along the path, as auto-circuit's masks take it)."""
     patch = step.edges
-    terms = {probe.patch.senders[i].name: t.detach() for i, t in probe.terms.items()}
-    change = torch.zeros(span.stop - span.start, len(next(iter(grads.values()))), dtype=torch.float64)
+    change = torch.zeros(span.stop - span.start, len(next(iter(passes[0][1].values()))), dtype=torch.float64)
     with torch.no_grad():
-        diffs = {}
-        for s, r in patch.edges:
-            sender = patch.senders[s]
-            if s not in diffs:
-                own = terms[sender.name]
-                diff = source_term(patch, s, store, span, offsets, own, probe.modules) - own
-                for b, offset in enumerate(offsets):
-                    diff[b, :offset] = 0
-                diffs[s] = diff
-            g = grads[patch.receivers[r].name]  # [scores, rows, positions, width]
-            change += torch.einsum("bpd,sbpd->bs", diffs[s], g).double().cpu()
+        sources = {}
+        for probe, grads in passes:
+            terms = {probe.patch.senders[i].name: t.detach() for i, t in probe.terms.items()}
+            diffs = {}
+            for s, r in patch.edges:
+                sender = patch.senders[s]
+                if s not in diffs:
+                    own = terms[sender.name]
+                    if s not in sources:
+                        sources[s] = source_term(patch, s, store, span, offsets, own, probe.modules)
+                    diff = sources[s] - own
+                    for b, offset in enumerate(offsets):
+                        diff[b, :offset] = 0
+                    diffs[s] = diff
+                g = grads[patch.receivers[r].name]  # [scores, rows, positions, width]
+                change += torch.einsum("bpd,sbpd->bs", diffs[s], g).double().cpu()
+        change /= len(passes)
     if step.combinations is not None:
         change = change @ torch.linalg.pinv(torch.tensor(step.combinations, dtype=torch.float64)).T
     columns = clean["answer_logits"].shape[1]

@@ -26,7 +26,6 @@ from causalab_core.runtime.edges import (
     Patching,
     Probe,
     edge_estimate,
-    mean_gradients,
     path_probes,
     union,
     visits,
@@ -253,10 +252,9 @@ class Execution:
                 finally:
                     for h in handles:
                         h.remove()
-            (probe, clean, grads), more = found[0], [g for _, _, g in found[1:]]
-            grads = mean_gradients(grads, more) if more else grads
+            clean, passes = found[0][1], [(probe, grads) for probe, _, grads in found]
             for step, store, _ in items:
-                parts.setdefault(step.path, []).append(edge_estimate(step, span, batch.offsets, clean, probe, grads,
+                parts.setdefault(step.path, []).append(edge_estimate(step, span, batch.offsets, clean, passes,
                                                                      store))
         return parts
 

@@ -31,7 +31,6 @@ from causalab_core.runtime.edges import (
     Patching,
     Probe,
     edge_estimate,
-    mean_gradients,
     path_probes,
     union,
     visits,
@@ -265,10 +264,9 @@ def edge_estimates(model, batch_list, items):
                 clean, grads = gradients(model.output.logits[:, -1, :], first.scoring, span, probe.leaves,
                                          first.combinations)
             found.append((probe, clean, grads))
-        (probe, clean, grads), more = found[0], [g for _, _, g in found[1:]]
-        grads = mean_gradients(grads, more) if more else grads
+        clean, passes = found[0][1], [(probe, grads) for probe, _, grads in found]
         for step, store, _ in items:
-            parts.setdefault(step.path, []).append(edge_estimate(step, span, batch.offsets, clean, probe, grads, store))
+            parts.setdefault(step.path, []).append(edge_estimate(step, span, batch.offsets, clean, passes, store))
     return parts
 
 
