@@ -272,6 +272,8 @@ def run_kept(plan: Plan, store: Store, execute: Callable, details: Callable[[], 
     what ran where. Its points are kept as each chunk comes back, in whatever order."""
     todo = [i for i in range(len(plan.points)) if i not in store.done()]
     size = chunk_size(len(plan.points)) if chunks is None else chunks.chunk_size(len(plan.points))
+    if any(s.kind == "run" and s.estimate_steps for point in plan.points for s in point.steps):
+        size = len(plan.points)  # integrated gradients move every estimated point along one path: one chunk
     if points_done:
         points_done(len(plan.points) - len(todo), len(plan.points))  # what an interrupted run already kept
     done, cut = len(plan.points) - len(todo), [todo[start:start + size] for start in range(0, len(todo), size)]

@@ -41,10 +41,11 @@ def circuit(studies, name) -> tuple[dict, dict]:
     return run.circuit, json.loads(run.files["faithfulness.json"])
 
 
-def test_patching_and_acdc_recover_the_known_induction_circuit(studies):
+def test_patching_acdc_and_eap_ig_recover_the_known_induction_circuit(studies):
     rows = table()
     for name, label in (("induction_circuit", "patching each edge / top 16"),
-                        ("induction_circuit_acdc", "patching (ACDC) / threshold 0.5")):
+                        ("induction_circuit_acdc", "patching (ACDC) / threshold 0.5"),
+                        ("induction_circuit_eap_ig", "EAP-IG, 5 steps from the clean run / top 16")):
         found, curve = circuit(studies, name)
         assert {tuple(e) for e in found["edges"]} == known_circuit(), name
         share = found["faithfulness"]

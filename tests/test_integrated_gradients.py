@@ -196,3 +196,17 @@ def test_compare_of_an_estimated_and_a_patched_run_reports_their_agreement(tiny_
     text = CliRunner().invoke(app, ["compare", str(tmp_path / "p"), str(tmp_path / "e")]).stdout
     assert f"{tmp_path / 'e'} estimates (attribution, 2 steps) what {tmp_path / 'p'} patches:" in text
     assert "    ld: over 4 points Spearman" in text
+
+
+def test_a_run_kept_in_chunks_estimates_what_a_run_in_memory_does(tiny_llama, write_doc, tmp_path):
+    """Integrated gradients move every estimated edge along one path, so the points of a run kept beside --out
+    (chunks of a tenth of the sweep otherwise) run as one chunk: every edge of the graph, the same values."""
+    doc = {"version": "2", "model": {"key": str(tiny_llama)}, "data": {"path": "rows.jsonl"},
+           "edges": {"p": {"input": "base", "source": "counterfactual", "edges": "each"}},
+           "metrics": {"ld": {"kind": "logit_diff", "target": "cf_answer", "other": "base_answer"}},
+           "estimate": {"method": "attribution", "steps": 3}}
+    path = write_doc(doc, ROWS)
+    kept, memory = api.run(path, out=tmp_path / "o"), api.run(path)
+    assert len(memory.metrics) == 343
+    assert {m.point.name: m.content["values"] for m in kept.metrics} == \
+        {m.point.name: m.content["values"] for m in memory.metrics}
