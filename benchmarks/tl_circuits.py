@@ -32,6 +32,8 @@ import sys
 import time
 from collections import defaultdict
 
+from tl_heatmap import _dist_version  # the script beside it, run by the same venv
+
 
 def name(node) -> str:
     """causalab's node or receiver name for a TransformerLens graph node."""
@@ -120,15 +122,6 @@ def main() -> None:
         "versions": {"transformer_lens": _dist_version("transformer-lens"), "transformers": transformers.__version__,
                      "torch": torch.__version__, "threads": torch.get_num_threads()},
     }))
-
-
-def _dist_version(dist: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return None
 
 
 if __name__ == "__main__":

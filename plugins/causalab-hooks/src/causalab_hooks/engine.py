@@ -236,13 +236,13 @@ class Execution:
         """Estimated edge runs of one input: per batch, one clean forward probing every receiver they patch and
         a backward per score (``runtime.edges.Probe``), then each run's estimate."""
         step0, steps = items[0][0], items[0][0].estimate_steps or 1
-        patch, store = union([step.edges for step, _, _ in items], [s for _, s, _ in items] if steps > 1 else None)
+        patch, sources = union([step.edges for step, _, _ in items], [s for _, s, _ in items] if steps > 1 else None)
         parts: dict[str, list] = {}
         for batch in chosen:
             span = slice(batch.start, batch.stop)
             found = []
             for probe in [Probe(patch, span, batch.offsets, self.model.get_submodule),
-                          *path_probes(patch, store, span, batch.offsets, self.model.get_submodule, steps)]:
+                          *path_probes(patch, sources, span, batch.offsets, self.model.get_submodule, steps)]:
                 handles = edge_hooks(self.model, probe)
                 try:
                     with torch.enable_grad():

@@ -251,13 +251,13 @@ def edge_estimates(model, batch_list, items):
     integrated gradients, one per other point of the path), the gradients taken inside it
     (``runtime.edges.Probe``), then each run's estimate."""
     first, steps = items[0][0], items[0][0].estimate_steps or 1
-    patch, store = union([step.edges for step, _, _ in items], [s for _, s, _ in items] if steps > 1 else None)
+    patch, sources = union([step.edges for step, _, _ in items], [s for _, s, _ in items] if steps > 1 else None)
     parts = {}
     for batch in batch_list:
         span = slice(batch.start, batch.stop)
         found = []
         for probe in [Probe(patch, span, batch.offsets, model.get),
-                      *path_probes(patch, store, span, batch.offsets, model.get, steps)]:
+                      *path_probes(patch, sources, span, batch.offsets, model.get, steps)]:
             with model.trace(batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,
                              use_cache=False, logits_to_keep=1):
                 patched_edges(model, probe)
